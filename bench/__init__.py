@@ -1,0 +1,1 @@
+"""Benchmarks: each prints one JSON line (``chrono bench NAME``)."""

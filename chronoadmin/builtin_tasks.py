@@ -1,0 +1,43 @@
+"""Tasks that ship with Chrono: used by the demo, the benchmarks and the end-to-end tests."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from chronoadmin.celery import app
+
+log = logging.getLogger("chrono.tasks")
+
+
+@app.task(name="chrono.noop")
+def noop(*args: object, **kwargs: object) -> None:
+    """Does nothing: measures the platform, not the job."""
+    return None
+
+
+@app.task(name="chrono.echo")
+def echo(*args: object, **kwargs: object) -> dict[str, object]:
+    """Returns its arguments, so the recorded result shows what the job was given."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@app.task(name="chrono.sleep")
+def sleep(seconds: float = 1.0) -> float:
+    """Sleeps ``seconds``: a stand-in for a long job."""
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task(name="chrono.fail")
+def fail(message: str = "chrono.fail always fails") -> None:
+    """Always raises: a stand-in for a broken job."""
+    raise RuntimeError(message)
+
+
+@app.task(name="chrono.demo.report", bind=True)
+def demo_report(self, report: str = "daily") -> str:
+    """The demo's recurring job: logs a line a real job would replace with work."""
+    line = f"{report} report built by {self.request.hostname}"
+    log.info(line)
+    return line

@@ -1,0 +1,56 @@
+"""Chrono's Celery app: what ``chrono worker`` runs, and the settings the beat publishes for.
+
+Queues are durable quorum queues bound to the ``chrono.dispatch`` direct exchange, declared with the
+same arguments by the beat's publisher (:func:`scheduler.dispatch.declare_queue`), so either side
+may declare first. Acks are late and a message whose worker died is rejected back to the queue
+(``task_reject_on_worker_lost``): a job is never acknowledged before it ran.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
+
+from chronoadmin.config import get_config  # noqa: E402
+from scheduler.dispatch import DISPATCH_EXCHANGE, QUEUE_ARGUMENTS  # noqa: E402
+
+CONFIG = get_config()
+dispatch_exchange = Exchange(DISPATCH_EXCHANGE, type="direct", durable=True)
+
+
+def chrono_queue(name: str) -> Queue:
+    """A queue declared exactly as the beat declares it."""
+    return Queue(
+        name,
+        dispatch_exchange,
+        routing_key=name,
+        durable=True,
+        queue_arguments=dict(QUEUE_ARGUMENTS),
+    )
+
+
+app = Celery("chrono", task_cls="scheduler.worker:ChronoTask")
+app.conf.update(
+    broker_url=CONFIG.broker_url,
+    broker_connection_retry_on_startup=True,
+    task_serializer="json",
+    accept_content=["json"],
+    result_backend=None,
+    task_ignore_result=True,
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=8,
+    task_default_queue=CONFIG.default_queue,
+    task_default_exchange=DISPATCH_EXCHANGE,
+    task_default_exchange_type="direct",
+    task_default_routing_key=CONFIG.default_queue,
+    task_queues=[chrono_queue(CONFIG.default_queue)],
+    task_create_missing_queues=False,
+    worker_hijack_root_logger=False,
+    worker_send_task_events=False,
+    imports=["chronoadmin.builtin_tasks", "reaper.heartbeats"],
+)

@@ -1,0 +1,129 @@
+"""Chrono's settings, read once from the environment into one typed, validated object.
+
+Every process (web, beat, worker, reaper, benchmarks) calls :func:`get_config` and never reads
+``os.environ`` or ``django.conf.settings`` for Chrono's own knobs anywhere else. Units are in the
+names: ``_ms`` is milliseconds, ``_s`` seconds, ``_bytes`` bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from urllib.parse import unquote, urlsplit
+
+DEFAULT_DATABASE_URL = "postgresql://chrono:chrono@127.0.0.1:5432/chrono"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+class ConfigError(ValueError):
+    """Raised when an environment variable holds a value Chrono cannot use; says which and why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChronoConfig:
+    """Every setting of a Chrono deployment. Field docs are in ``docs/architecture.md``."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str = DEFAULT_REDIS_URL
+    broker_url: str = DEFAULT_BROKER_URL
+    secret_key: str = "chrono-dev-insecure-secret-key-change-me-in-production-0123456789"
+    debug: bool = False
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+
+    # Timer store and beat.
+    shard_count: int = 256
+    tick_ms: int = 5
+    lookahead_ms: int = 2_000
+    scan_interval_ms: int = 500
+    claim_batch_size: int = 1_000
+    ack_deadline_ms: int = 30_000
+    shard_lease_ttl_ms: int = 10_000
+
+    # Workers.
+    default_queue: str = "chrono"
+    worker_heartbeat_interval_ms: int = 5_000
+    execution_lease_ttl_ms: int = 60_000
+
+    # Input limits.
+    max_payload_bytes: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        for name, low in (
+            ("shard_count", 1),
+            ("tick_ms", 1),
+            ("lookahead_ms", 100),
+            ("scan_interval_ms", 10),
+            ("claim_batch_size", 1),
+            ("ack_deadline_ms", 1_000),
+            ("shard_lease_ttl_ms", 1_000),
+            ("worker_heartbeat_interval_ms", 100),
+            ("execution_lease_ttl_ms", 1_000),
+            ("max_payload_bytes", 1_024),
+        ):
+            if getattr(self, name) < low:
+                raise ConfigError(f"CHRONO_{name.upper()} must be at least {low}")
+        if self.scan_interval_ms >= self.lookahead_ms:
+            raise ConfigError(
+                "CHRONO_SCAN_INTERVAL_MS must be smaller than CHRONO_LOOKAHEAD_MS, or timers "
+                "could fall between two scans"
+            )
+        if self.lookahead_ms >= self.ack_deadline_ms:
+            raise ConfigError("CHRONO_LOOKAHEAD_MS must be smaller than CHRONO_ACK_DEADLINE_MS")
+
+
+def _parse(name: str, raw: str, kind: type) -> object:
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"{name}={raw!r} is not a boolean; use 1/0, true/false")
+    if kind is int:
+        try:
+            return int(raw.replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if kind == tuple[str, ...]:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return raw
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> ChronoConfig:
+    """Build a config from ``environ``: ``DATABASE_URL``, ``REDIS_URL``, ``BROKER_URL`` and
+    ``CHRONO_<FIELD>`` for every other field. Raises :class:`ConfigError` on a bad value."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    kinds = {"str": str, "int": int, "bool": bool, "tuple[str, ...]": tuple[str, ...]}
+    for field in fields(ChronoConfig):
+        env_name = field.name.upper()
+        if not field.name.endswith("_url"):
+            env_name = f"CHRONO_{env_name}"
+        if env_name in environ:
+            values[field.name] = _parse(env_name, environ[env_name], kinds[str(field.type)])
+    return ChronoConfig(**values)
+
+
+@lru_cache(maxsize=1)
+def get_config() -> ChronoConfig:
+    """The process-wide config, read from the environment on first use."""
+    return load_config()
+
+
+def database_settings(url: str) -> dict[str, object]:
+    """Django ``DATABASES['default']`` for a ``postgresql://user:pass@host:port/name`` URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ConfigError(f"DATABASE_URL must start with postgresql://, got {parts.scheme!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "chrono",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "127.0.0.1",
+        "PORT": str(parts.port or 5432),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }

@@ -1,0 +1,55 @@
+"""``chrono dev``: beat, worker and web server in one command, stopped together by Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from django.core.management.base import BaseCommand
+
+from chronoadmin.processes import REPO_ROOT, ProcessFailed, ProcessGroup
+
+WEB_ADDR = "127.0.0.1:8000"
+
+
+def start_platform(stdout, *, web_addr: str = WEB_ADDR) -> ProcessGroup:
+    """Start one beat, one worker and the web server; returns once each has started."""
+    group = ProcessGroup(env={}, log_dir=REPO_ROOT / ".chrono" / "logs")
+    group.start("beat", ["beat", "--replica-id", "dev-beat"])
+    group.start("worker", ["worker", "--concurrency", "2", "--hostname", "dev-worker@%h"])
+    group.start("web", ["web", web_addr])
+    time.sleep(2)
+    for child in group.children:
+        if child.popen.poll() is not None:
+            group.stop_all()
+            raise ProcessFailed(f"{child.name} exited at start:\n{child.log_tail()}")
+        stdout.write(f"  {child.name:<7} pid {child.pid:<7} log {child.log_path}")
+    return group
+
+
+def run_until_interrupted(group: ProcessGroup, on_tick=None) -> None:
+    """Block until Ctrl-C / SIGTERM or a child dies; then stop every child cleanly."""
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        while not stopping:
+            for child in group.children:
+                if child.popen.poll() is not None:
+                    raise ProcessFailed(f"{child.name} exited:\n{child.log_tail()}")
+            if on_tick is not None:
+                on_tick()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        group.stop_all()
+
+
+class Command(BaseCommand):
+    help = "Run beat, worker and web server together until Ctrl-C."
+
+    def handle(self, *args, **options):
+        group = start_platform(self.stdout)
+        self.stdout.write(f"Chrono is up: admin at http://{WEB_ADDR}/admin/  (Ctrl-C stops)")
+        run_until_interrupted(group)
+        self.stdout.write("stopped")

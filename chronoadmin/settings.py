@@ -1,0 +1,84 @@
+"""Django settings of Chrono, built from :mod:`chronoadmin.config` (read once from the environment).
+
+``chronoadmin.settings_production`` extends these with the hardening ``manage.py check --deploy``
+asks for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chronoadmin.config import database_settings, get_config
+
+CHRONO = get_config()
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = CHRONO.secret_key
+DEBUG = CHRONO.debug
+ALLOWED_HOSTS = list(CHRONO.allowed_hosts)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "chronoadmin.apps.ChronoAdminConfig",
+    "scheduler.apps.SchedulerConfig",
+    "reaper.apps.ReaperConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chronoadmin.urls"
+WSGI_APPLICATION = "chronoadmin.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_settings(CHRONO.database_url)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".chrono" / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"chrono": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+}

@@ -1,0 +1,222 @@
+"""The Python API for applications: schedule one-time and cron jobs, cancel them.
+
+Every call is scoped to one tenant. A job is written to PostgreSQL and its timer reaches Redis when
+the transaction commits (never before: a rolled-back job leaves no timer behind). Idempotency keys
+are per tenant: scheduling twice with one key returns the first job and creates nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta
+from functools import cache
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone as dj_timezone
+
+from chronoadmin.config import get_config
+from chronoadmin.models import Tenant
+from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
+from scheduler.cron import parse_cron, validate_timezone
+from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
+from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduler.timers import TimerStore
+
+TenantRef = Tenant | uuid.UUID | str
+
+
+@cache
+def timer_store() -> TimerStore:
+    """This process's timer store (one Redis connection pool)."""
+    config = get_config()
+    return TimerStore.from_url(config.redis_url, shard_count=config.shard_count)
+
+
+def _tenant_id(tenant: TenantRef) -> uuid.UUID:
+    if isinstance(tenant, Tenant):
+        return tenant.tenant_id
+    try:
+        return uuid.UUID(str(tenant))
+    except ValueError:
+        raise InvalidJob(f"tenant {tenant!r} is not a tenant id", field="tenant") from None
+
+
+def _check_payload(args: list, kwargs: dict) -> None:
+    try:
+        size = len(json.dumps([args, kwargs]).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(
+            f"args and kwargs must be JSON-serialisable: {exc}", field="args"
+        ) from None
+    limit = get_config().max_payload_bytes
+    if size > limit:
+        raise PayloadTooLarge(
+            f"args and kwargs are {size} bytes as JSON; the limit is {limit} bytes. Pass a "
+            "reference (an id, a URL) instead of the data itself",
+            field="args",
+        )
+
+
+def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> int:
+    if (delay is None) == (at is None):
+        raise InvalidJob("give exactly one of delay= or at=", field="delay")
+    if at is not None:
+        if dj_timezone.is_naive(at):
+            raise InvalidJob(
+                "at= is a naive datetime; pass an aware one (e.g. with tzinfo=UTC)", field="at"
+            )
+        return datetime_to_ms(at)
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if seconds < 0:
+        raise InvalidJob(f"delay= is negative ({seconds} s); use 0 or more", field="delay")
+    return now_ms() + round(seconds * 1000)
+
+
+def _create(tenant: TenantRef, idempotency_key: str | None, **fields: object) -> Job:
+    tenant_id = _tenant_id(tenant)
+    if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
+        raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
+    fields["args"] = list(fields.get("args") or [])
+    fields["kwargs"] = dict(fields.get("kwargs") or {})
+    _check_payload(fields["args"], fields["kwargs"])
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                job = Job.objects.create(
+                    tenant_id=tenant_id, idempotency_key=idempotency_key, **fields
+                )
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            return Job.objects.get(tenant_id=tenant_id, idempotency_key=idempotency_key)
+        _add_timer_on_commit(job)
+    return job
+
+
+def _add_timer_on_commit(job: Job) -> None:
+    if job.status != JobStatus.ACTIVE or job.next_run_at is None:
+        return
+    timer = (str(job.job_id), datetime_to_ms(job.next_run_at))
+    announce_before = now_ms() + get_config().lookahead_ms * 2
+    transaction.on_commit(
+        lambda: timer_store().add([timer], announce_before_ms=announce_before)
+    )
+
+
+def schedule_once(
+    task_name: str,
+    *,
+    tenant: TenantRef,
+    args: list | tuple = (),
+    kwargs: dict | None = None,
+    delay: timedelta | float | None = None,
+    at: datetime | None = None,
+    queue: str | None = None,
+    name: str = "",
+    idempotency_key: str | None = None,
+) -> Job:
+    """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` a time."""
+    fire_ms = _one_time_fire_ms(delay, at)
+    return _create(
+        tenant,
+        idempotency_key,
+        job_type=task_name,
+        name=name,
+        args=args,
+        kwargs=kwargs,
+        queue=queue or get_config().default_queue,
+        next_run_at=ms_to_datetime(fire_ms),
+    )
+
+
+def schedule_cron(
+    task_name: str,
+    *,
+    tenant: TenantRef,
+    cron: str,
+    timezone: str = "UTC",
+    args: list | tuple = (),
+    kwargs: dict | None = None,
+    queue: str | None = None,
+    name: str = "",
+    idempotency_key: str | None = None,
+) -> Job:
+    """Run ``task_name`` on the cron schedule ``cron`` evaluated in ``timezone``."""
+    validate_timezone(timezone)
+    schedule = parse_cron(cron, timezone)
+    return _create(
+        tenant,
+        idempotency_key,
+        job_type=task_name,
+        name=name,
+        args=args,
+        kwargs=kwargs,
+        queue=queue or get_config().default_queue,
+        cron_expression=schedule.expression,
+        timezone=timezone,
+        next_run_at=ms_to_datetime(schedule.next_fire_ms(now_ms())),
+    )
+
+
+def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
+    """Cancel a job: no further occurrence fires, and executions not yet started never start.
+    Returns False when it was already finished or cancelled. Raises :class:`JobNotFound`."""
+    tenant_id = _tenant_id(tenant)
+    with transaction.atomic():
+        jobs = Job.objects.for_tenant(tenant_id).filter(job_id=job_id)
+        if not jobs.exists():
+            raise JobNotFound(f"no job {job_id} for this tenant")
+        changed = jobs.filter(status__in=[JobStatus.ACTIVE, JobStatus.PAUSED]).update(
+            status=JobStatus.CANCELLED,
+            next_run_at=None,
+            cancelled_at=dj_timezone.now(),
+            cancelled_by=by,
+            updated_at=dj_timezone.now(),
+        )
+        if changed:
+            Execution.objects.filter(
+                job_id=job_id,
+                status__in=[ExecutionStatus.SCHEDULED, ExecutionStatus.DISPATCHED],
+            ).update(status=ExecutionStatus.CANCELLED, finished_at=dj_timezone.now())
+            transaction.on_commit(lambda: timer_store().remove([str(job_id)]))
+    return bool(changed)
+
+
+def schedule_once_many(
+    task_name: str,
+    *,
+    tenant: TenantRef,
+    fire_times: list[datetime],
+    args: list | tuple = (),
+    kwargs: dict | None = None,
+    queue: str | None = None,
+    name: str = "",
+) -> list[Job]:
+    """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
+    tenant_id = _tenant_id(tenant)
+    args, kwargs = list(args), dict(kwargs or {})
+    _check_payload(args, kwargs)
+    for at in fire_times:
+        if dj_timezone.is_naive(at):
+            raise InvalidJob("fire_times holds a naive datetime; pass aware ones", field="at")
+    jobs = [
+        Job(
+            tenant_id=tenant_id,
+            job_type=task_name,
+            name=name,
+            args=args,
+            kwargs=kwargs,
+            queue=queue or get_config().default_queue,
+            next_run_at=ms_to_datetime(datetime_to_ms(at)),
+        )
+        for at in fire_times
+    ]
+    timers = [(str(job.job_id), datetime_to_ms(job.next_run_at)) for job in jobs]
+    announce_before = now_ms() + get_config().lookahead_ms * 2
+    with transaction.atomic():
+        Job.objects.bulk_create(jobs, batch_size=2_000)
+        transaction.on_commit(
+            lambda: timer_store().add(timers, announce_before_ms=announce_before)
+        )
+    return jobs

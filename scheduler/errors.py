@@ -1,0 +1,56 @@
+"""Exceptions raised by the scheduler package.
+
+Every class says when it is raised. Errors caused by user input carry a message that says what to
+change, and, where one field of the input is at fault, the name of that field in ``field``.
+"""
+
+from __future__ import annotations
+
+
+class SchedulerError(Exception):
+    """Base class of every error the scheduler package raises."""
+
+
+class InvalidSchedule(SchedulerError, ValueError):
+    """Raised when a user-supplied schedule (cron expression, time zone, fire time) is unusable.
+
+    ``field`` names the part of the input at fault (``"minute"``, ``"day_of_month"``,
+    ``"timezone"``, ``"run_at"`` …) so APIs can report it per field.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidCronExpression(InvalidSchedule):
+    """Raised when a cron expression cannot be parsed: wrong field count, bad value, bad macro."""
+
+
+class CronNeverFires(InvalidSchedule):
+    """Raised when a cron expression parses but can never fire (``0 0 30 2 *``)."""
+
+
+class UnknownTimeZone(InvalidSchedule):
+    """Raised when a time zone name is not an IANA zone known to this machine's tz database."""
+
+
+class InvalidJob(SchedulerError, ValueError):
+    """Raised when a job cannot be created as asked (bad delay, payload too large …).
+
+    ``field`` names the argument at fault.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class PayloadTooLarge(InvalidJob):
+    """Raised when a job's args and kwargs, as JSON, exceed the configured payload limit."""
+
+
+class JobNotFound(SchedulerError, LookupError):
+    """Raised when a job id does not exist for the calling tenant (another tenant's id included)."""

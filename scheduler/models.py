@@ -1,0 +1,147 @@
+"""Jobs and their executions: the source of truth every timer in Redis is derived from.
+
+States are the vocabulary of DESIGN.md: a job is ACTIVE, PAUSED, COMPLETED or CANCELLED; an
+execution moves SCHEDULED → DISPATCHED → RUNNING → SUCCEEDED / FAILED / … Transitions are
+conditional updates (``WHERE status = <expected>``) made in :mod:`scheduler.executions` and
+:mod:`scheduler.api`, never by saving a model instance blindly.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from chronoadmin.models import Tenant
+
+
+class JobStatus(models.TextChoices):
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+
+
+class ExecutionStatus(models.TextChoices):
+    SCHEDULED = "SCHEDULED"
+    DISPATCHED = "DISPATCHED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RETRY_WAIT = "RETRY_WAIT"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    LOST = "LOST"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
+
+
+FINISHED_EXECUTION_STATUSES = (
+    ExecutionStatus.SUCCEEDED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.DEAD_LETTERED,
+    ExecutionStatus.CANCELLED,
+    ExecutionStatus.SKIPPED,
+)
+
+
+class JobQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant | uuid.UUID | str) -> JobQuerySet:
+        tenant_id = tenant.tenant_id if isinstance(tenant, Tenant) else tenant
+        return self.filter(tenant_id=tenant_id)
+
+    def pending(self) -> JobQuerySet:
+        """Jobs that still have an occurrence to fire: they own a timer in Redis."""
+        return self.filter(status=JobStatus.ACTIVE, next_run_at__isnull=False)
+
+
+class Job(models.Model):
+    """A one-time job (``cron_expression`` is null) or a recurring cron job."""
+
+    job_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=200, blank=True, default="")
+    job_type = models.CharField(max_length=200, help_text="The Celery task name to run.")
+    cron_expression = models.CharField(max_length=200, null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.ACTIVE)
+    retry_count = models.PositiveIntegerField(default=0)
+    max_retries = models.PositiveIntegerField(default=0)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=200, default="chrono")
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=200, blank=True, default="")
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "chrono_job"
+        indexes = [
+            models.Index(fields=["status", "next_run_at"], name="job_status_next_run_idx"),
+            models.Index(fields=["tenant", "status"], name="job_tenant_status_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="job_tenant_idempotency_key_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} ({self.job_id})"
+
+    @property
+    def is_recurring(self) -> bool:
+        return bool(self.cron_expression)
+
+
+class ExecutionQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant | uuid.UUID | str) -> ExecutionQuerySet:
+        tenant_id = tenant.tenant_id if isinstance(tenant, Tenant) else tenant
+        return self.filter(tenant_id=tenant_id)
+
+
+class Execution(models.Model):
+    """One occurrence of a job, dispatched to a worker.
+
+    The first attempt of an occurrence has a deterministic id (:func:`scheduler.timers.
+    execution_id_for`), so a timer published twice (a beat died between publish and ack) maps to
+    one row, and the worker-side start (``DISPATCHED → RUNNING``) lets only one delivery run.
+    """
+
+    execution_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="executions")
+    attempt = models.PositiveIntegerField(default=1)
+    worker_id = models.CharField(max_length=200, null=True, blank=True, db_index=True)
+    scheduled_for = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.SCHEDULED
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    logs_url = models.URLField(max_length=500, blank=True, default="")
+    fencing_token = models.BigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ExecutionQuerySet.as_manager()
+
+    class Meta:
+        db_table = "chrono_execution"
+        indexes = [
+            models.Index(fields=["job", "started_at"], name="execution_job_started_idx"),
+            models.Index(fields=["tenant", "status"], name="execution_tenant_status_idx"),
+            models.Index(fields=["scheduled_for"], name="execution_scheduled_for_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} [{self.status}]"

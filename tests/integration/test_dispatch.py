@@ -1,0 +1,87 @@
+"""The publisher against the real RabbitMQ: confirmed batches of Celery protocol v2 messages."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import amqp
+import pytest
+
+from chronoadmin.config import get_config
+from scheduler.dispatch import (
+    DISPATCH_EXCHANGE,
+    DispatchError,
+    Publisher,
+    TaskMessage,
+    amqp_connection_params,
+)
+
+
+@pytest.fixture
+def queue(services_up):
+    name = f"it-{uuid.uuid4().hex[:10]}"
+    yield name
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        conn.channel().queue_delete(name)
+
+
+def drain(queue: str) -> list[amqp.Message]:
+    messages = []
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        channel = conn.channel()
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            messages.append(message)
+    return messages
+
+
+def test_a_confirmed_batch_lands_in_a_durable_quorum_queue_in_order(queue):
+    publisher = Publisher(get_config().broker_url, origin="test")
+    messages = [
+        TaskMessage(task_id=str(uuid.uuid4()), task_name="chrono.echo", queue=queue,
+                    args=[i], kwargs={"k": i}, chrono_headers={"chrono_attempt": 1})
+        for i in range(250)
+    ]
+    publisher.publish_batch(messages)
+    publisher.publish_batch(messages[:10])  # the same channel keeps counting delivery tags
+    publisher.close()
+
+    received = drain(queue)
+    assert len(received) == 260
+    assert [json.loads(m.body)[0][0] for m in received[:250]] == list(range(250))
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        # passive declare with different arguments would fail: the queue is a quorum queue
+        _, count, _ = conn.channel().queue_declare(queue, passive=True)
+        assert count == 0
+
+
+def test_messages_follow_celery_protocol_v2(queue):
+    publisher = Publisher(get_config().broker_url, origin="test-origin")
+    task_id = str(uuid.uuid4())
+    publisher.publish_batch([
+        TaskMessage(task_id=task_id, task_name="chrono.echo", queue=queue, args=[1, "a"],
+                    kwargs={"x": 2}, chrono_headers={"chrono_execution_id": task_id})
+    ])
+    publisher.close()
+    (message,) = drain(queue)
+    headers = message.headers
+    assert headers["task"] == "chrono.echo"
+    assert headers["id"] == task_id and headers["root_id"] == task_id
+    assert headers["lang"] == "py" and headers["origin"] == "test-origin"
+    assert headers["chrono_execution_id"] == task_id
+    assert message.properties["delivery_mode"] == 2
+    assert message.properties["correlation_id"] == task_id
+    assert message.properties["content_type"] == "application/json"
+    args, kwargs, embed = json.loads(message.body)
+    assert (args, kwargs) == ([1, "a"], {"x": 2})
+    assert set(embed) == {"callbacks", "errbacks", "chain", "chord"}
+    assert message.delivery_info["exchange"] == DISPATCH_EXCHANGE
+
+
+def test_an_unreachable_broker_raises_dispatch_error_not_a_silent_drop(queue):
+    publisher = Publisher("amqp://guest:guest@127.0.0.1:1//", origin="test")
+    with pytest.raises(DispatchError):
+        publisher.publish_batch([TaskMessage(task_id="t", task_name="chrono.noop", queue=queue)])

@@ -1,0 +1,130 @@
+"""The timer store against the real Redis: claims, acks, fencing and redelivery."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.ownership import REPLICAS_KEY, ShardOwnership
+from scheduler.timers import TimerStore, execution_id_for, shard_keys
+
+SHARDS = 8
+
+
+@pytest.fixture
+def store(redis_client) -> TimerStore:
+    return TimerStore(redis_client, shard_count=SHARDS)
+
+
+def lease_all(store: TimerStore, replica_id: str = "r1") -> ShardOwnership:
+    ownership = ShardOwnership(store, replica_id=replica_id, lease_ttl_ms=5_000)
+    ownership.refresh(now_ms=1_000)
+    assert sorted(ownership.leases) == list(range(SHARDS))
+    return ownership
+
+
+def test_add_puts_one_timer_per_id_and_moves_it_when_added_again(store):
+    store.add([("job-a", 5_000), ("job-b", 6_000)])
+    store.add([("job-a", 7_000)])
+    assert store.fire_time_of("job-a") == 7_000
+    assert store.pending_count() == 2
+
+
+def test_claim_takes_only_due_timers_and_moves_them_inflight(store):
+    ownership = lease_all(store)
+    store.add([("due", 1_000), ("later", 9_000)])
+    claimed, fenced = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
+                                      ack_deadline_ms=10_000, limit=100)
+    assert fenced == []
+    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in claimed] == [("due", 1_000, False)]
+    due, inflight, claimed_key, _ = shard_keys(store.shard_of("due"))
+    assert store.client.zscore(due, "due") is None
+    assert store.client.zscore(inflight, "due") == 12_000
+    assert store.client.hget(claimed_key, "due") == b"1000"
+
+
+def test_a_claim_with_a_lost_lease_is_fenced_and_claims_nothing(store):
+    ownership = lease_all(store)
+    store.add([("job", 1_000)])
+    shard = store.shard_of("job")
+    stale = dict(ownership.leases)
+    store.client.delete(shard_keys(shard)[3])  # the lease expired
+    other = ShardOwnership(store, replica_id="r2", lease_ttl_ms=5_000)
+    assert other._acquire([shard]) == [shard]  # another replica took it
+
+    claimed, fenced = store.claim_due(stale, [shard], now_ms=2_000, ack_deadline_ms=10_000,
+                                      limit=100)
+    assert claimed == [] and fenced == [shard]
+    assert store.fire_time_of("job") == 1_000  # still due, for the new owner
+    assert other.leases[shard] != stale[shard]  # a fresh fencing token
+
+
+def test_reacquiring_a_shard_yields_a_new_fencing_token(store):
+    ownership = lease_all(store)
+    before = ownership.leases[0]
+    ownership.release([0])
+    ownership._acquire([0])
+    assert ownership.leases[0] != before
+    assert int(ownership.leases[0].split("|")[1]) > int(before.split("|")[1])
+
+
+def test_unacknowledged_claim_is_claimed_again_after_its_deadline(store):
+    ownership = lease_all(store)
+    store.add([("job", 1_000)])
+    first, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_500,
+                               ack_deadline_ms=1_000, limit=10)
+    assert len(first) == 1
+    before_deadline, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
+                                         ack_deadline_ms=1_000, limit=10)
+    assert before_deadline == []
+    again, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_600,
+                               ack_deadline_ms=1_000, limit=10)
+    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in again] == [("job", 1_000, True)]
+
+
+def test_ack_removes_the_inflight_entry_and_adds_the_next_occurrence(store):
+    ownership = lease_all(store)
+    store.add([("cron", 1_000), ("once", 1_000)])
+    claimed, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_000,
+                                 ack_deadline_ms=5_000, limit=10)
+    by_id = {t.timer_id: t for t in claimed}
+    assert store.ack(ownership.leases, [(by_id["cron"], 61_000), (by_id["once"], None)]) == []
+    assert store.fire_time_of("cron") == 61_000
+    assert store.fire_time_of("once") is None
+    assert store.pending_count() == 1
+    # Nothing is redelivered after the deadline: both were acknowledged.
+    later, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=10_000,
+                               ack_deadline_ms=5_000, limit=10)
+    assert later == []
+
+
+def test_claim_respects_the_batch_limit_and_keeps_the_rest_due(store):
+    ownership = lease_all(store)
+    shard = 3
+    ids = [f"t{i}" for i in range(200) if store.shard_of(f"t{i}") == shard][:10]
+    store.add([(timer_id, 1_000 + i) for i, timer_id in enumerate(ids)])
+    claimed, _ = store.claim_due(ownership.leases, [shard], now_ms=5_000, ack_deadline_ms=5_000,
+                                 limit=4)
+    assert [t.timer_id for t in claimed] == ids[:4]  # earliest first
+    assert store.client.zcard(shard_keys(shard)[0]) == len(ids) - 4
+
+
+def test_ownership_splits_shards_between_live_replicas_and_hands_over_on_leave(store):
+    a = ShardOwnership(store, replica_id="a", lease_ttl_ms=5_000)
+    b = ShardOwnership(store, replica_id="b", lease_ttl_ms=5_000)
+    a.refresh(now_ms=1_000)
+    assert len(a.leases) == SHARDS  # alone, it holds everything
+    b.refresh(now_ms=1_000)  # b joins: a still holds b's shards until a refreshes
+    a.refresh(now_ms=1_100)  # a releases what the map gives b
+    b.refresh(now_ms=1_200)
+    assert set(a.leases).isdisjoint(b.leases)
+    assert set(a.leases) | set(b.leases) == set(range(SHARDS))
+    assert a.leases and b.leases
+    a.leave()
+    assert store.client.zscore(REPLICAS_KEY, "a") is None
+    b.refresh(now_ms=1_300)
+    assert sorted(b.leases) == list(range(SHARDS))
+
+
+def test_execution_id_is_the_same_for_every_publish_of_one_occurrence():
+    assert execution_id_for("job", 1_000) == execution_id_for("job", 1_000)
+    assert execution_id_for("job", 1_000) != execution_id_for("job", 2_000)
