@@ -47,6 +47,11 @@ class ChronoConfig:
     worker_heartbeat_interval_ms: int = 5_000
     execution_lease_ttl_ms: int = 60_000
 
+    # Tests: the database Django's test runner creates, and the Redis database the tests use,
+    # so that several test runs on one machine do not trample each other.
+    test_database_name: str = "test_chrono"
+    test_redis_db: int = 15
+
     # Input limits.
     max_payload_bytes: int = 256 * 1024
 

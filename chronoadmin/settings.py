@@ -61,6 +61,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_settings(CHRONO.database_url)}
+DATABASES["default"]["TEST"] = {"NAME": CHRONO.test_database_name}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

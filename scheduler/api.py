@@ -220,3 +220,104 @@ def schedule_once_many(
             lambda: timer_store().add(timers, announce_before_ms=announce_before)
         )
     return jobs
+
+
+def _transition(
+    job_id: uuid.UUID | str, tenant: TenantRef, *, from_statuses: list[str], **changes: object
+) -> Job | None:
+    """Apply ``changes`` when the job is in one of ``from_statuses``; the job afterwards, or None
+    when it was in another status. Raises :class:`JobNotFound` for an unknown (or foreign) id."""
+    tenant_id = _tenant_id(tenant)
+    jobs = Job.objects.for_tenant(tenant_id).filter(job_id=job_id)
+    changed = jobs.filter(status__in=from_statuses).update(updated_at=dj_timezone.now(), **changes)
+    job = jobs.first()
+    if job is None:
+        raise JobNotFound(f"no job {job_id} for this tenant")
+    return job if changed else None
+
+
+def pause(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
+    """Stop firing a job until :func:`resume`; False when it was not ACTIVE."""
+    with transaction.atomic():
+        job = _transition(job_id, tenant, from_statuses=[JobStatus.ACTIVE],
+                          status=JobStatus.PAUSED)
+        if job is not None:
+            transaction.on_commit(lambda: timer_store().remove([str(job_id)]))
+    return job is not None
+
+
+def resume(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
+    """Fire a paused job again: a cron job from its next occurrence after now, a one-time job at
+    its time (at once if that passed while paused). False when it was not PAUSED."""
+    with transaction.atomic():
+        job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
+            job_id=job_id).first()
+        if job is None:
+            raise JobNotFound(f"no job {job_id} for this tenant")
+        if job.status != JobStatus.PAUSED:
+            return False
+        now = now_ms()
+        if job.cron_expression:
+            fire_ms = parse_cron(job.cron_expression, job.timezone).next_fire_ms(now)
+        else:
+            fire_ms = max(datetime_to_ms(job.next_run_at), now) if job.next_run_at else now
+        job.status, job.next_run_at = JobStatus.ACTIVE, ms_to_datetime(fire_ms)
+        job.save(update_fields=["status", "next_run_at", "updated_at"])
+        _add_timer_on_commit(job)
+    return True
+
+
+def trigger(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
+    """Fire an ACTIVE job now, once; a cron job then resumes its schedule after now.
+    False when the job is not ACTIVE (resume a paused job first)."""
+    with transaction.atomic():
+        job = _transition(job_id, tenant, from_statuses=[JobStatus.ACTIVE],
+                          next_run_at=ms_to_datetime(now_ms()))
+        if job is not None:
+            _add_timer_on_commit(job)
+    return job is not None
+
+
+def reschedule(
+    job_id: uuid.UUID | str,
+    *,
+    tenant: TenantRef,
+    cron: str | None = None,
+    timezone: str | None = None,
+    at: datetime | None = None,
+) -> Job:
+    """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
+    time. The running beat picks the change up through the timer (no restart)."""
+    with transaction.atomic():
+        job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
+            job_id=job_id).first()
+        if job is None:
+            raise JobNotFound(f"no job {job_id} for this tenant")
+        if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
+            raise InvalidJob(f"job is {job.status}; create a new job instead", field="status")
+        if job.cron_expression:
+            if at is not None:
+                raise InvalidJob("at= is for one-time jobs; pass cron= or timezone=", field="at")
+            tz = timezone or job.timezone
+            validate_timezone(tz)
+            schedule = parse_cron(cron or job.cron_expression, tz)
+            job.cron_expression, job.timezone = schedule.expression, tz
+            fire_ms = schedule.next_fire_ms(now_ms())
+        else:
+            if cron is not None or timezone is not None:
+                raise InvalidJob("cron= and timezone= are for cron jobs; pass at=", field="cron")
+            fire_ms = _one_time_fire_ms(None, at)
+        job.next_run_at = ms_to_datetime(fire_ms)
+        job.save(update_fields=["cron_expression", "timezone", "next_run_at", "updated_at"])
+        if job.status == JobStatus.ACTIVE:
+            _add_timer_on_commit(job)
+    return job
+
+
+def delete(job_id: uuid.UUID | str, *, tenant: TenantRef) -> None:
+    """Delete a job with its executions, and its timer."""
+    with transaction.atomic():
+        deleted, _ = Job.objects.for_tenant(_tenant_id(tenant)).filter(job_id=job_id).delete()
+        if not deleted:
+            raise JobNotFound(f"no job {job_id} for this tenant")
+        transaction.on_commit(lambda: timer_store().remove([str(job_id)]))

@@ -1,7 +1,8 @@
 """Test-wide set-up: real services or a failed run, and a Redis database of the tests' own.
 
-The tests use Redis database 15 (flushed by the fixtures that need a clean store) so a demo
-running on database 0 of the same server keeps its timers. A service that does not answer fails
+The tests use Redis database ``CHRONO_TEST_REDIS_DB`` (15; flushed by the fixtures that need a
+clean store) so a demo running on database 0 of the same server keeps its timers; set it and
+``CHRONO_TEST_DATABASE_NAME`` to run two test sessions side by side. A service that does not answer fails
 the run with what to do; nothing is ever skipped.
 """
 
@@ -12,12 +13,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from chronoadmin.config import DEFAULT_REDIS_URL
+from chronoadmin.config import DEFAULT_REDIS_URL, load_config
 
 
 def _test_redis_url() -> str:
     parts = urlsplit(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
-    return urlunsplit(parts._replace(path="/15"))
+    return urlunsplit(parts._replace(path=f"/{load_config().test_redis_db}"))
 
 
 os.environ["REDIS_URL"] = _test_redis_url()
@@ -31,7 +32,7 @@ def _fresh_config():
 
     get_config.cache_clear()
     timer_store.cache_clear()
-    assert get_config().redis_url.endswith("/15")
+    assert get_config().redis_url.endswith(f"/{get_config().test_redis_db}")
     yield
 
 
