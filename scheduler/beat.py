@@ -21,8 +21,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import redis
@@ -44,6 +46,7 @@ from scheduler.timers import (
 from scheduler.wheel import TimingWheel
 
 OWNERSHIP_REFRESH_MS = 1_000
+STATS_LOG_INTERVAL_MS = 10_000
 MAX_BACKOFF_S = 5.0
 
 log = logging.getLogger("chrono.beat")
@@ -61,6 +64,27 @@ class BeatCounters:
     failed_iterations: int = 0
     last_tick_ms: int = 0
     dispatch_lateness_ms: list[int] = field(default_factory=list)
+    phase_ms: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    batches: int = 0
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phase_ms[phase] += (time.perf_counter() - started) * 1000
+
+    def summary(self) -> str:
+        lateness = sorted(self.dispatch_lateness_ms)
+        p50 = lateness[len(lateness) // 2] if lateness else None
+        p99 = lateness[int(len(lateness) * 0.99)] if lateness else None
+        phases = " ".join(f"{k}={v:.0f}ms" for k, v in sorted(self.phase_ms.items()))
+        return (
+            f"published={self.published} batches={self.batches} redelivered={self.redelivered} "
+            f"stale={self.stale} inactive={self.skipped_inactive} fenced={self.fenced} "
+            f"failed_iterations={self.failed_iterations} lateness_p50={p50} p99={p99} {phases}"
+        )
 
 
 class Beat:
@@ -85,6 +109,7 @@ class Beat:
         )
         self.wheel = TimingWheel(start_ms=clock(), tick_ms=config.tick_ms)
         self.counters = BeatCounters()
+        self.recorder = Recorder(store, self.counters)
         self._scanned_until: dict[int, int] = {}
         self._announced: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
         self._wakeup = threading.Event()
@@ -92,6 +117,7 @@ class Beat:
         self._next_refresh_ms = 0
         self._next_scan_ms = 0
         self._pending_shards: set[int] = set()
+        self._next_stats_ms = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -102,6 +128,7 @@ class Beat:
     def run(self) -> None:
         listener = threading.Thread(target=self._listen, name="chrono-announce", daemon=True)
         listener.start()
+        self.recorder.start()
         backoff_s = 0.1
         log.info("beat replica %s started", self.replica_id)
         try:
@@ -122,6 +149,7 @@ class Beat:
             self._leave()
 
     def _leave(self) -> None:
+        self.recorder.close()
         try:
             self.ownership.leave()
             log.info("beat replica %s stopped and released its shards", self.replica_id)
@@ -144,11 +172,17 @@ class Beat:
     def run_once(self) -> None:
         now = self.clock()
         self.counters.last_tick_ms = now
+        if now >= self._next_stats_ms:
+            if self._next_stats_ms:
+                log.info("replica %s: %s", self.replica_id, self.counters.summary())
+            self._next_stats_ms = now + STATS_LOG_INTERVAL_MS
         if now >= self._next_refresh_ms:
             self._refresh_ownership(now)
         if now >= self._next_scan_ms:
-            self._scan(now)
+            with self.counters.timed("scan"):
+                self._scan(now)
         self._take_announcements()
+        self._fenced(_drain(self.recorder.fenced))
         for timer_id, _ in self.wheel.advance(now):
             self._pending_shards.add(self.store.shard_of(timer_id))
         if self._pending_shards:
@@ -186,11 +220,7 @@ class Beat:
         self._next_scan_ms = now + self.config.scan_interval_ms
 
     def _take_announcements(self) -> None:
-        while True:
-            try:
-                shard, timer_id, fire_at_ms = self._announced.get_nowait()
-            except queue.Empty:
-                return
+        for shard, timer_id, fire_at_ms in _drain(self._announced):
             if shard in self.ownership.leases:
                 self.wheel.add(timer_id, fire_at_ms)
 
@@ -225,13 +255,14 @@ class Beat:
         """Claim everything due in ``shards`` and dispatch it, batch by batch."""
         limit = self.config.claim_batch_size
         while shards:
-            claimed, fenced = self.store.claim_due(
-                self.ownership.leases,
-                shards,
-                now_ms=now,
-                ack_deadline_ms=self.config.ack_deadline_ms,
-                limit=limit,
-            )
+            with self.counters.timed("claim"):
+                claimed, fenced = self.store.claim_due(
+                    self.ownership.leases,
+                    shards,
+                    now_ms=now,
+                    ack_deadline_ms=self.config.ack_deadline_ms,
+                    limit=limit,
+                )
             self._fenced(fenced)
             if claimed:
                 self.dispatch(claimed)
@@ -248,64 +279,107 @@ class Beat:
                 self._scanned_until.pop(shard, None)
 
     def dispatch(self, claimed: Sequence[ClaimedTimer]) -> None:
-        """Publish one claimed batch, record it, and acknowledge it."""
+        """Publish one claimed batch; its recording and acks go to the recorder thread."""
         claimed = sorted(claimed, key=lambda t: t.fire_at_ms)
-        jobs = occurrences.load_jobs(t.timer_id for t in claimed)
-        acks: list[tuple[ClaimedTimer, int | None]] = []
-        fired: list[tuple[ClaimedTimer, occurrences.DueJob]] = []
+        with self.counters.timed("load_insert"):
+            jobs = occurrences.load_and_insert([(t.timer_id, t.fire_at_ms) for t in claimed])
+        batch = ConfirmedBatch(leases=dict(self.ownership.leases))
         for timer in claimed:
             job = jobs.get(timer.timer_id)
             if job is None or not job.is_active:
                 self.counters.skipped_inactive += 1
-                acks.append((timer, None))
+                batch.acks.append((timer, None))
             elif job.next_run_ms != timer.fire_at_ms:
                 # Already published and recorded (only the ack was lost), or moved by an edit:
                 # keep the timer PostgreSQL holds.
                 self.counters.stale += 1
-                acks.append((timer, job.next_run_ms))
+                batch.acks.append((timer, job.next_run_ms))
             else:
-                fired.append((timer, job))
-        if fired:
-            acks += self._publish(fired)
-        self._fenced(self.store.ack(self.ownership.leases, acks))
-
-    def _publish(
-        self, fired: list[tuple[ClaimedTimer, occurrences.DueJob]]
-    ) -> list[tuple[ClaimedTimer, int | None]]:
-        executions = [
-            occurrences.NewExecution(
-                execution_id=execution_id_for(job.job_id, timer.fire_at_ms),
-                job_id=job.job_id,
-                tenant_id=job.tenant_id,
-                fire_at_ms=timer.fire_at_ms,
+                batch.fired.append((timer, job))
+        if batch.fired:
+            with self.counters.timed("publish"):
+                self.publisher.publish_batch(
+                    [_task_message(timer, job) for timer, job in batch.fired]
+                )
+            batch.confirmed_at_ms = self.clock()
+            self.counters.published += len(batch.fired)
+            self.counters.redelivered += sum(1 for timer, _ in batch.fired if timer.redelivered)
+            self.counters.dispatch_lateness_ms.extend(
+                batch.confirmed_at_ms - timer.fire_at_ms for timer, _ in batch.fired
             )
-            for timer, job in fired
-        ]
-        occurrences.insert_scheduled(executions)
-        self.publisher.publish_batch(
-            [
-                _task_message(execution, timer, job)
-                for execution, (timer, job) in zip(executions, fired, strict=True)
+            del self.counters.dispatch_lateness_ms[:-10_000]
+        self.recorder.submit(batch)
+        self.counters.batches += 1
+
+
+@dataclass
+class ConfirmedBatch:
+    """A claimed batch after its publish was confirmed: what is left to record and ack."""
+
+    leases: dict[int, str]
+    acks: list[tuple[ClaimedTimer, int | None]] = field(default_factory=list)
+    fired: list[tuple[ClaimedTimer, occurrences.DueJob]] = field(default_factory=list)
+    confirmed_at_ms: int = 0
+
+
+class Recorder(threading.Thread):
+    """Records confirmed batches in PostgreSQL and acknowledges them in Redis, off the firing
+    path: the beat publishes the next batch while this one is written.
+
+    A batch that cannot be recorded (PostgreSQL or Redis down) is retried with back-off; its
+    timers stay inflight meanwhile, so a replica that dies here loses nothing (they are published
+    again after their deadline and the worker-side start lets only one delivery run).
+    """
+
+    def __init__(self, store: TimerStore, counters: BeatCounters) -> None:
+        super().__init__(name="chrono-recorder", daemon=True)
+        self.store = store
+        self.counters = counters
+        self.fenced: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._batches: queue.Queue[ConfirmedBatch | None] = queue.Queue()
+
+    def submit(self, batch: ConfirmedBatch) -> None:
+        self._batches.put(batch)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Record what was submitted, then stop."""
+        self._batches.put(None)
+        self.join(timeout_s)
+
+    def run(self) -> None:
+        while (batch := self._batches.get()) is not None:
+            backoff_s = 0.1
+            while True:
+                try:
+                    self.record(batch)
+                    break
+                except (redis.RedisError, DatabaseError) as exc:
+                    log.error("recording a batch failed, retrying in %.1f s: %r", backoff_s, exc)
+                    close_old_connections()
+                    time.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
+
+    def record(self, batch: ConfirmedBatch) -> None:
+        acks = list(batch.acks)
+        if batch.fired:
+            advances = [
+                (job.job_id, timer.fire_at_ms,
+                 next_occurrence_ms(job, timer.fire_at_ms, batch.confirmed_at_ms))
+                for timer, job in batch.fired
             ]
-        )
-        confirmed_at = self.clock()
-        advances = [
-            (job.job_id, timer.fire_at_ms, next_occurrence_ms(job, timer.fire_at_ms, confirmed_at))
-            for timer, job in fired
-        ]
-        advanced = occurrences.record_dispatched(
-            [e.execution_id for e in executions], confirmed_at_ms=confirmed_at, advances=advances
-        )
-        self.counters.published += len(fired)
-        self.counters.redelivered += sum(1 for timer, _ in fired if timer.redelivered)
-        self.counters.dispatch_lateness_ms.extend(
-            confirmed_at - timer.fire_at_ms for timer, _ in fired
-        )
-        del self.counters.dispatch_lateness_ms[:-10_000]
-        return [
-            (timer, nxt if job_id in advanced else None)
-            for (timer, _), (job_id, _, nxt) in zip(fired, advances, strict=True)
-        ]
+            with self.counters.timed("record"):
+                advanced = occurrences.record_dispatched(
+                    [execution_id_for(job.job_id, timer.fire_at_ms) for timer, job in batch.fired],
+                    confirmed_at_ms=batch.confirmed_at_ms,
+                    advances=advances,
+                )
+            acks += [
+                (timer, nxt if job_id in advanced else None)
+                for (timer, _), (job_id, _, nxt) in zip(batch.fired, advances, strict=True)
+            ]
+        with self.counters.timed("ack"):
+            for shard in self.store.ack(batch.leases, acks):
+                self.fenced.put(shard)
 
 
 def next_occurrence_ms(job: occurrences.DueJob, fired_ms: int, now: int) -> int | None:
@@ -319,20 +393,28 @@ def next_occurrence_ms(job: occurrences.DueJob, fired_ms: int, now: int) -> int 
     return parse_cron(job.cron_expression, job.timezone).next_fire_ms(max(fired_ms, now))
 
 
-def _task_message(
-    execution: occurrences.NewExecution, timer: ClaimedTimer, job: occurrences.DueJob
-) -> TaskMessage:
+def _task_message(timer: ClaimedTimer, job: occurrences.DueJob) -> TaskMessage:
+    execution_id = execution_id_for(job.job_id, timer.fire_at_ms)
     return TaskMessage(
-        task_id=str(execution.execution_id),
+        task_id=str(execution_id),
         task_name=job.job_type,
         queue=job.queue,
         args=job.args,
         kwargs=job.kwargs,
         chrono_headers={
-            "chrono_execution_id": str(execution.execution_id),
+            "chrono_execution_id": str(execution_id),
             "chrono_job_id": job.job_id,
             "chrono_tenant_id": job.tenant_id,
             "chrono_attempt": 1,
             "chrono_fire_ms": timer.fire_at_ms,
         },
     )
+
+
+def _drain(items: queue.SimpleQueue) -> list:
+    drained = []
+    while True:
+        try:
+            drained.append(items.get_nowait())
+        except queue.Empty:
+            return drained

@@ -1,22 +1,23 @@
 """PostgreSQL side of dispatch: what the beat reads and writes for a batch of claimed timers.
 
-Three round trips per batch, whatever its size: load the jobs, insert their executions
-(``SCHEDULED``, before publishing, so a worker always finds the row it must start), and after
-RabbitMQ confirmed the batch, mark them ``DISPATCHED`` and move each job to its next occurrence
-(one-time jobs become ``COMPLETED``) with conditional updates, in one transaction.
+Two round trips per batch, whatever its size: one statement loads the jobs and inserts their
+executions (``SCHEDULED``, before publishing, so a worker always finds the row it must start); after
+RabbitMQ confirmed the batch, one statement marks them ``DISPATCHED`` and moves each job to its next
+occurrence (one-time jobs become ``COMPLETED``) with conditional updates.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import connection
 
 from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.models import JobStatus
+from scheduler.timers import execution_id_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,66 +40,63 @@ class DueJob:
         return self.status == JobStatus.ACTIVE
 
 
-@dataclass(frozen=True, slots=True)
-class NewExecution:
-    execution_id: uuid.UUID
-    job_id: str
-    tenant_id: str
-    fire_at_ms: int
+_JOB_COLUMNS = (
+    "j.job_id, j.tenant_id, j.job_type, j.args, j.kwargs, j.queue, j.cron_expression, "
+    "j.timezone, j.status, j.next_run_at"
+)
 
 
-def load_jobs(job_ids: Iterable[str]) -> dict[str, DueJob]:
-    """The jobs with these ids, keyed by id (missing ids were deleted)."""
-    ids = [uuid.UUID(job_id) for job_id in job_ids]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT job_id, tenant_id, job_type, args, kwargs, queue, cron_expression, "
-            "timezone, status, next_run_at FROM chrono_job WHERE job_id = ANY(%s)",
-            [ids],
-        )
-        rows = cursor.fetchall()
-    jobs = {}
-    for job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run in rows:
-        jobs[str(job_id)] = DueJob(
-            job_id=str(job_id),
-            tenant_id=str(tenant_id),
-            job_type=job_type,
-            args=_json(args),
-            kwargs=_json(kwargs),
-            queue=queue,
-            cron_expression=cron,
-            timezone=tz,
-            status=status,
-            next_run_ms=None if next_run is None else datetime_to_ms(next_run),
-        )
-    return jobs
+def _due_job(row: tuple) -> DueJob:
+    job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run = row
+    return DueJob(
+        job_id=str(job_id),
+        tenant_id=str(tenant_id),
+        job_type=job_type,
+        args=_json(args),
+        kwargs=_json(kwargs),
+        queue=queue,
+        cron_expression=cron,
+        timezone=tz,
+        status=status,
+        next_run_ms=None if next_run is None else datetime_to_ms(next_run),
+    )
 
 
 def _json(value: object) -> object:
     # psycopg returns jsonb already decoded; a text column would need json.loads.
-    if isinstance(value, str):
-        return json.loads(value)
-    return value
+    return json.loads(value) if isinstance(value, str) else value
 
 
-def insert_scheduled(executions: Sequence[NewExecution]) -> None:
-    """Insert executions as ``SCHEDULED``; an id that exists (a re-publish) is left as it is."""
-    if not executions:
-        return
+def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
+    """For claimed timers ``(job id, fire ms)``: insert a ``SCHEDULED`` execution for every
+    one whose job is ACTIVE with ``next_run_at`` equal to the fire time (an id that exists, a
+    re-publish, is left as it is), and return the jobs keyed by id (missing ids were deleted).
+
+    One statement, so one round trip: the insert and the read see the same snapshot, so the
+    jobs the caller decides to publish are exactly those that got their execution row.
+    """
+    if not claimed:
+        return {}
+    job_ids = [uuid.UUID(job_id) for job_id, _ in claimed]
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
-            "scheduled_for, status, error, logs_url, fencing_token) "
-            "SELECT e, j, t, 1, s, 'SCHEDULED', '', '', 0 "
-            "FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::timestamptz[]) AS x(e, j, t, s) "
-            "ON CONFLICT (execution_id) DO NOTHING",
+            "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::timestamptz[]) "
+            "  AS x(execution_id, job_id, fired_at)), "
+            "ins AS (INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
+            "  scheduled_for, status, error, logs_url, fencing_token) "
+            "  SELECT x.execution_id, j.job_id, j.tenant_id, 1, x.fired_at, 'SCHEDULED', '', '', 0 "
+            "  FROM x JOIN chrono_job j ON j.job_id = x.job_id "
+            "  WHERE j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
+            "  ON CONFLICT (execution_id) DO NOTHING) "
+            f"SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s)",
             [
-                [e.execution_id for e in executions],
-                [uuid.UUID(e.job_id) for e in executions],
-                [uuid.UUID(e.tenant_id) for e in executions],
-                [ms_to_datetime(e.fire_at_ms) for e in executions],
+                [execution_id_for(job_id, fire_ms) for job_id, fire_ms in claimed],
+                job_ids,
+                [ms_to_datetime(fire_ms) for _, fire_ms in claimed],
+                job_ids,
             ],
         )
+        return {str(row[0]): _due_job(row) for row in cursor.fetchall()}
 
 
 def record_dispatched(
@@ -109,17 +107,15 @@ def record_dispatched(
 ) -> set[str]:
     """After RabbitMQ confirmed a batch: mark its executions ``DISPATCHED`` (unless a worker
     already started them) and advance each job ``(job id, fired ms, next ms or None)`` whose
-    ``next_run_at`` still equals the fired occurrence. Returns the ids of the jobs advanced."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    ``next_run_at`` still equals the fired occurrence. Returns the ids of the jobs advanced.
+    One statement (both updates commit together or not at all), one round trip."""
+    if not advances:
+        advances = []
+    with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE chrono_execution SET dispatched_at = %s, status = CASE "
-            "WHEN status = 'SCHEDULED' THEN 'DISPATCHED' ELSE status END "
-            "WHERE execution_id = ANY(%s) AND dispatched_at IS NULL",
-            [ms_to_datetime(confirmed_at_ms), list(execution_ids)],
-        )
-        if not advances:
-            return set()
-        cursor.execute(
+            "WITH e AS (UPDATE chrono_execution SET dispatched_at = %s, status = CASE "
+            "  WHEN status = 'SCHEDULED' THEN 'DISPATCHED' ELSE status END "
+            "  WHERE execution_id = ANY(%s) AND dispatched_at IS NULL) "
             "UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
             "status = CASE WHEN x.next_run_at IS NULL THEN 'COMPLETED' ELSE j.status END "
             "FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) "
@@ -127,6 +123,8 @@ def record_dispatched(
             "WHERE j.job_id = x.job_id AND j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
             "RETURNING j.job_id",
             [
+                ms_to_datetime(confirmed_at_ms),
+                list(execution_ids),
                 [uuid.UUID(job_id) for job_id, _, _ in advances],
                 [ms_to_datetime(fired) for _, fired, _ in advances],
                 [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt in advances],

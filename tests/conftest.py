@@ -2,8 +2,8 @@
 
 The tests use Redis database ``CHRONO_TEST_REDIS_DB`` (15; flushed by the fixtures that need a
 clean store) so a demo running on database 0 of the same server keeps its timers; set it and
-``CHRONO_TEST_DATABASE_NAME`` to run two test sessions side by side. A service that does not answer fails
-the run with what to do; nothing is ever skipped.
+``CHRONO_TEST_DATABASE_NAME`` to run two test sessions side by side. A service that does not
+answer fails the run with what to do; nothing is ever skipped.
 """
 
 from __future__ import annotations

@@ -1,0 +1,93 @@
+"""What every benchmark shares: bringing the platform up, latency summaries, clean-up."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from chronoadmin.config import get_config
+from chronoadmin.processes import ChronoProcess, ProcessGroup
+from scheduler.sharding import shard_tag
+
+
+def summarize_ms(values: Sequence[float]) -> dict[str, float] | None:
+    """``{"p50", "p95", "p99", "max"}`` of ``values`` (nearest-rank percentiles), in ms."""
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def rank(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))], 1)
+
+    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99),
+            "max": round(ordered[-1], 1)}
+
+
+def ensure_platform_ready() -> None:
+    """Services up and schema migrated, as ``make demo`` would leave them."""
+    from django.core.management import call_command
+
+    from chronoadmin import services
+
+    services.up()
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def new_queue(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def process_group(name: str, **env: str) -> ProcessGroup:
+    log_dir = Path(tempfile.mkdtemp(prefix=f"chrono-bench-{name}-"))
+    return ProcessGroup(env={k: str(v) for k, v in env.items()}, log_dir=log_dir)
+
+
+def wait_for_beat(beat: ChronoProcess, replica_id: str, *, timeout_s: float = 30) -> None:
+    from scheduler.api import timer_store
+
+    client = timer_store().client
+    shards = get_config().shard_count
+
+    def owns_some() -> bool:
+        pipe = client.pipeline(transaction=False)
+        for shard in range(shards):
+            pipe.get(f"{shard_tag(shard)}:lease")
+        prefix = f"{replica_id}|".encode()
+        return any(v and v.startswith(prefix) for v in pipe.execute())
+
+    beat.wait_until(owns_some, timeout_s=timeout_s, what="taking its shards")
+
+
+def wait_for_worker(worker: ChronoProcess, hostname: str, *, timeout_s: float = 60) -> None:
+    from reaper.models import Worker
+
+    worker.wait_until(lambda: Worker.objects.filter(worker_id=hostname).exists(),
+                      timeout_s=timeout_s, what="its first heartbeat")
+
+
+def delete_queue(queue: str) -> None:
+    import amqp
+
+    from scheduler.dispatch import amqp_connection_params
+
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        conn.channel().queue_delete(queue)
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores"
+
+
+def wait_until(condition, *, timeout_s: float, interval_s: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval_s)
+    return condition()
