@@ -29,6 +29,7 @@ class ChronoConfig:
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str = DEFAULT_REDIS_URL
     broker_url: str = DEFAULT_BROKER_URL
+    search_url: str = "http://127.0.0.1:9200"
     secret_key: str = "chrono-dev-insecure-secret-key-change-me-in-production-0123456789"
     debug: bool = False
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
@@ -41,6 +42,11 @@ class ChronoConfig:
     claim_batch_size: int = 1_000
     ack_deadline_ms: int = 30_000
     shard_lease_ttl_ms: int = 10_000
+    # An occurrence more than this late (all replicas were down, the job was paused) follows
+    # its job's misfire policy; within it, it simply fires.
+    misfire_grace_ms: int = 60_000
+    # The reconciler compares one shard's jobs with its timers every this often.
+    reconcile_shard_interval_ms: int = 2_000
 
     # Workers.
     default_queue: str = "chrono"
@@ -55,6 +61,20 @@ class ChronoConfig:
     # Input limits.
     max_payload_bytes: int = 256 * 1024
 
+    # REST API limits (per tenant where it says so). A one-time job's run_at may lie up to
+    # run_at_grace_ms in the past (clock skew, a slow client) and then fires at once.
+    api_rate_per_minute: int = 6_000
+    api_max_request_bytes: int = 1024 * 1024
+    api_default_page_size: int = 50
+    api_max_page_size: int = 500
+    bulk_max_items: int = 10_000
+    bulk_max_request_bytes: int = 32 * 1024 * 1024
+    pending_jobs_quota: int = 1_000_000
+    pending_jobs_recount_s: int = 10
+    run_at_grace_ms: int = 5_000
+    idempotency_ttl_s: int = 24 * 3600
+    idempotency_lock_timeout_s: int = 60
+
     def __post_init__(self) -> None:
         for name, low in (
             ("shard_count", 1),
@@ -67,6 +87,17 @@ class ChronoConfig:
             ("worker_heartbeat_interval_ms", 100),
             ("execution_lease_ttl_ms", 1_000),
             ("max_payload_bytes", 1_024),
+            ("api_rate_per_minute", 1),
+            ("api_max_request_bytes", 1_024),
+            ("api_default_page_size", 1),
+            ("api_max_page_size", 1),
+            ("bulk_max_items", 1),
+            ("bulk_max_request_bytes", 1_024),
+            ("pending_jobs_quota", 0),
+            ("pending_jobs_recount_s", 1),
+            ("run_at_grace_ms", 0),
+            ("idempotency_ttl_s", 60),
+            ("idempotency_lock_timeout_s", 1),
         ):
             if getattr(self, name) < low:
                 raise ConfigError(f"CHRONO_{name.upper()} must be at least {low}")
@@ -74,6 +105,10 @@ class ChronoConfig:
             raise ConfigError(
                 "CHRONO_SCAN_INTERVAL_MS must be smaller than CHRONO_LOOKAHEAD_MS, or timers "
                 "could fall between two scans"
+            )
+        if self.api_default_page_size > self.api_max_page_size:
+            raise ConfigError(
+                "CHRONO_API_DEFAULT_PAGE_SIZE must not exceed CHRONO_API_MAX_PAGE_SIZE"
             )
         if self.lookahead_ms >= self.ack_deadline_ms:
             raise ConfigError("CHRONO_LOOKAHEAD_MS must be smaller than CHRONO_ACK_DEADLINE_MS")

@@ -20,6 +20,7 @@ from chronoadmin.models import Tenant
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron, validate_timezone
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
+from scheduler.misfire import MisfireRule, jittered_ms
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
 from scheduler.timers import TimerStore
 
@@ -115,6 +116,7 @@ def schedule_once(
     queue: str | None = None,
     name: str = "",
     idempotency_key: str | None = None,
+    max_retries: int = 0,
 ) -> Job:
     """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` a time."""
     fire_ms = _one_time_fire_ms(delay, at)
@@ -127,6 +129,7 @@ def schedule_once(
         kwargs=kwargs,
         queue=queue or get_config().default_queue,
         next_run_at=ms_to_datetime(fire_ms),
+        max_retries=max_retries,
     )
 
 
@@ -141,10 +144,22 @@ def schedule_cron(
     queue: str | None = None,
     name: str = "",
     idempotency_key: str | None = None,
+    max_retries: int = 0,
+    misfire: MisfireRule | None = None,
+    jitter_ms: int = 0,
 ) -> Job:
-    """Run ``task_name`` on the cron schedule ``cron`` evaluated in ``timezone``."""
+    """Run ``task_name`` on the cron schedule ``cron`` evaluated in ``timezone``.
+
+    ``misfire`` says what happens to occurrences missed while nothing dispatched (default: the
+    latest missed one fires once); ``jitter_ms`` spreads each occurrence over ``[0, jitter_ms)``
+    deterministically, for top-of-the-hour herds. It must stay below the schedule's period.
+    """
     validate_timezone(timezone)
     schedule = parse_cron(cron, timezone)
+    misfire = misfire or MisfireRule()
+    first_ms = schedule.next_fire_ms(now_ms())
+    _check_jitter(jitter_ms, first_ms, schedule.next_fire_ms(first_ms))
+    job_id = uuid.uuid4()
     return _create(
         tenant,
         idempotency_key,
@@ -153,10 +168,26 @@ def schedule_cron(
         args=args,
         kwargs=kwargs,
         queue=queue or get_config().default_queue,
+        job_id=job_id,
         cron_expression=schedule.expression,
         timezone=timezone,
-        next_run_at=ms_to_datetime(schedule.next_fire_ms(now_ms())),
+        misfire_policy=misfire.policy.value,
+        misfire_fire_all_limit=misfire.fire_all_limit,
+        jitter_ms=jitter_ms,
+        next_run_at=ms_to_datetime(jittered_ms(str(job_id), first_ms, jitter_ms)),
+        max_retries=max_retries,
     )
+
+
+def _check_jitter(jitter_ms: int, first_ms: int, second_ms: int) -> None:
+    if jitter_ms < 0:
+        raise InvalidJob(f"jitter_ms is negative ({jitter_ms}); use 0 or more", field="jitter_ms")
+    if jitter_ms and jitter_ms >= second_ms - first_ms:
+        raise InvalidJob(
+            f"jitter_ms {jitter_ms} is not below the schedule's period "
+            f"({second_ms - first_ms} ms); a smaller spread keeps occurrences in order",
+            field="jitter_ms",
+        )
 
 
 def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
@@ -240,15 +271,17 @@ def pause(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
     """Stop firing a job until :func:`resume`; False when it was not ACTIVE."""
     with transaction.atomic():
         job = _transition(job_id, tenant, from_statuses=[JobStatus.ACTIVE],
-                          status=JobStatus.PAUSED)
+                          status=JobStatus.PAUSED, paused_at=dj_timezone.now())
         if job is not None:
             transaction.on_commit(lambda: timer_store().remove([str(job_id)]))
     return job is not None
 
 
 def resume(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
-    """Fire a paused job again: a cron job from its next occurrence after now, a one-time job at
-    its time (at once if that passed while paused). False when it was not PAUSED."""
+    """Fire a paused job again. Occurrences that fell due while it was paused are handed to the
+    beat as late ones, so the job's misfire policy decides (default: the latest fires once, the
+    others are recorded as skipped); a one-time job whose time passed fires at once.
+    False when it was not PAUSED."""
     with transaction.atomic():
         job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
             job_id=job_id).first()
@@ -258,11 +291,13 @@ def resume(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
             return False
         now = now_ms()
         if job.cron_expression:
-            fire_ms = parse_cron(job.cron_expression, job.timezone).next_fire_ms(now)
+            paused_ms = datetime_to_ms(job.paused_at) if job.paused_at else now
+            fire_ms = parse_cron(job.cron_expression, job.timezone).next_fire_ms(paused_ms)
+            fire_ms = jittered_ms(str(job.job_id), fire_ms, job.jitter_ms)
         else:
-            fire_ms = max(datetime_to_ms(job.next_run_at), now) if job.next_run_at else now
-        job.status, job.next_run_at = JobStatus.ACTIVE, ms_to_datetime(fire_ms)
-        job.save(update_fields=["status", "next_run_at", "updated_at"])
+            fire_ms = datetime_to_ms(job.next_run_at) if job.next_run_at else now
+        job.status, job.next_run_at, job.paused_at = JobStatus.ACTIVE, ms_to_datetime(fire_ms), None
+        job.save(update_fields=["status", "next_run_at", "paused_at", "updated_at"])
         _add_timer_on_commit(job)
     return True
 
@@ -302,7 +337,7 @@ def reschedule(
             validate_timezone(tz)
             schedule = parse_cron(cron or job.cron_expression, tz)
             job.cron_expression, job.timezone = schedule.expression, tz
-            fire_ms = schedule.next_fire_ms(now_ms())
+            fire_ms = jittered_ms(str(job.job_id), schedule.next_fire_ms(now_ms()), job.jitter_ms)
         else:
             if cron is not None or timezone is not None:
                 raise InvalidJob("cron= and timezone= are for cron jobs; pass at=", field="cron")

@@ -33,8 +33,8 @@ from django.db import DatabaseError, close_old_connections
 from chronoadmin.config import ChronoConfig
 from scheduler import occurrences
 from scheduler.clock import now_ms
-from scheduler.cron import parse_cron
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
 from scheduler.ownership import ShardOwnership
 from scheduler.timers import (
     ANNOUNCE_CHANNEL,
@@ -61,6 +61,7 @@ class BeatCounters:
     skipped_inactive: int = 0
     stale: int = 0
     fenced: int = 0
+    misfired: int = 0
     failed_iterations: int = 0
     last_tick_ms: int = 0
     dispatch_lateness_ms: list[int] = field(default_factory=list)
@@ -83,6 +84,7 @@ class BeatCounters:
         return (
             f"published={self.published} batches={self.batches} redelivered={self.redelivered} "
             f"stale={self.stale} inactive={self.skipped_inactive} fenced={self.fenced} "
+            f"misfired={self.misfired} "
             f"failed_iterations={self.failed_iterations} lateness_p50={p50} p99={p99} {phases}"
         )
 
@@ -284,6 +286,8 @@ class Beat:
         with self.counters.timed("load_insert"):
             jobs = occurrences.load_and_insert([(t.timer_id, t.fire_at_ms) for t in claimed])
         batch = ConfirmedBatch(leases=dict(self.ownership.leases))
+        now = self.clock()
+        misfires: list[tuple[occurrences.DueJob, int, str | None]] = []
         for timer in claimed:
             job = jobs.get(timer.timer_id)
             if job is None or not job.is_active:
@@ -295,30 +299,60 @@ class Beat:
                 self.counters.stale += 1
                 batch.acks.append((timer, job.next_run_ms))
             else:
-                batch.fired.append((timer, job))
-        if batch.fired:
+                plan = self._plan(job, timer.fire_at_ms, now)
+                if plan.fire_ms != [timer.fire_at_ms] or plan.skipped:
+                    misfires += [(job, ms, None) for ms in plan.fire_ms if ms != timer.fire_at_ms]
+                    misfires += [(job, ms, reason) for ms, reason in plan.skipped]
+                    self.counters.misfired += len(plan.skipped)
+                batch.fired.append((timer, job, plan.fire_ms, plan.next_ms))
+        if misfires:
+            with self.counters.timed("misfire"):
+                occurrences.record_misfires(misfires)
+        messages = [
+            _task_message(job, fire_ms)
+            for _, job, fire_ms_list, _ in batch.fired
+            for fire_ms in fire_ms_list
+        ]
+        if messages:
             with self.counters.timed("publish"):
-                self.publisher.publish_batch(
-                    [_task_message(timer, job) for timer, job in batch.fired]
-                )
+                self.publisher.publish_batch(messages)
             batch.confirmed_at_ms = self.clock()
-            self.counters.published += len(batch.fired)
-            self.counters.redelivered += sum(1 for timer, _ in batch.fired if timer.redelivered)
+            self.counters.published += len(messages)
+            self.counters.redelivered += sum(1 for t, *_ in batch.fired if t.redelivered)
             self.counters.dispatch_lateness_ms.extend(
-                batch.confirmed_at_ms - timer.fire_at_ms for timer, _ in batch.fired
+                batch.confirmed_at_ms - fire_ms
+                for _, _, fire_ms_list, _ in batch.fired
+                for fire_ms in fire_ms_list
             )
             del self.counters.dispatch_lateness_ms[:-10_000]
         self.recorder.submit(batch)
         self.counters.batches += 1
 
+    def _plan(self, job: occurrences.DueJob, fire_at_ms: int, now: int) -> FirePlan:
+        plan = plan_occurrences(
+            schedule=job.schedule,
+            fire_at_ms=fire_at_ms,
+            now_ms=now,
+            rule=job.misfire,
+            grace_ms=self.config.misfire_grace_ms,
+        )
+        if plan.next_ms is not None:
+            plan.next_ms = jittered_ms(job.job_id, plan.next_ms, job.jitter_ms)
+        return plan
+
 
 @dataclass
 class ConfirmedBatch:
-    """A claimed batch after its publish was confirmed: what is left to record and ack."""
+    """A claimed batch after its publish was confirmed: what is left to record and ack.
+
+    ``fired`` holds, per claimed timer whose job fired: the job, the occurrences published for
+    it (one, or several after a misfire) and its next fire time (None: none, one-time job)."""
 
     leases: dict[int, str]
     acks: list[tuple[ClaimedTimer, int | None]] = field(default_factory=list)
-    fired: list[tuple[ClaimedTimer, occurrences.DueJob]] = field(default_factory=list)
+    fired: list[tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]] = field(
+        default_factory=list
+    )
     confirmed_at_ms: int = 0
 
 
@@ -362,39 +396,28 @@ class Recorder(threading.Thread):
     def record(self, batch: ConfirmedBatch) -> None:
         acks = list(batch.acks)
         if batch.fired:
-            advances = [
-                (job.job_id, timer.fire_at_ms,
-                 next_occurrence_ms(job, timer.fire_at_ms, batch.confirmed_at_ms))
-                for timer, job in batch.fired
-            ]
+            advances = [(job.job_id, t.fire_at_ms, nxt) for t, job, _, nxt in batch.fired]
             with self.counters.timed("record"):
                 advanced = occurrences.record_dispatched(
-                    [execution_id_for(job.job_id, timer.fire_at_ms) for timer, job in batch.fired],
+                    [
+                        execution_id_for(job.job_id, fire_ms)
+                        for _, job, fire_ms_list, _ in batch.fired
+                        for fire_ms in fire_ms_list
+                    ],
                     confirmed_at_ms=batch.confirmed_at_ms,
                     advances=advances,
                 )
             acks += [
-                (timer, nxt if job_id in advanced else None)
-                for (timer, _), (job_id, _, nxt) in zip(batch.fired, advances, strict=True)
+                (timer, nxt if job.job_id in advanced else None)
+                for timer, job, _, nxt in batch.fired
             ]
         with self.counters.timed("ack"):
             for shard in self.store.ack(batch.leases, acks):
                 self.fenced.put(shard)
 
 
-def next_occurrence_ms(job: occurrences.DueJob, fired_ms: int, now: int) -> int | None:
-    """The occurrence after ``fired_ms``; None for a one-time job.
-
-    Occurrences that fell due while nothing dispatched (all replicas down) are not replayed: the
-    late one fires once and the schedule resumes after ``now`` (misfire policy ``fire_once``).
-    """
-    if not job.cron_expression:
-        return None
-    return parse_cron(job.cron_expression, job.timezone).next_fire_ms(max(fired_ms, now))
-
-
-def _task_message(timer: ClaimedTimer, job: occurrences.DueJob) -> TaskMessage:
-    execution_id = execution_id_for(job.job_id, timer.fire_at_ms)
+def _task_message(job: occurrences.DueJob, fire_at_ms: int) -> TaskMessage:
+    execution_id = execution_id_for(job.job_id, fire_at_ms)
     return TaskMessage(
         task_id=str(execution_id),
         task_name=job.job_type,
@@ -406,7 +429,7 @@ def _task_message(timer: ClaimedTimer, job: occurrences.DueJob) -> TaskMessage:
             "chrono_job_id": job.job_id,
             "chrono_tenant_id": job.tenant_id,
             "chrono_attempt": 1,
-            "chrono_fire_ms": timer.fire_at_ms,
+            "chrono_fire_ms": fire_at_ms,
         },
     )
 

@@ -22,6 +22,20 @@ class JobStatus(models.TextChoices):
     CANCELLED = "CANCELLED"
 
 
+class MisfirePolicyChoice(models.TextChoices):
+    FIRE_ONCE = "fire_once"
+    FIRE_ALL = "fire_all"
+    SKIP = "skip"
+
+
+class TimerKey(models.Func):
+    """The first 32 bits of a job id as a number: what its timer's shard is derived from
+    (:func:`scheduler.sharding.shard_for`), so the jobs of one shard are one index range."""
+
+    template = "(('x' || substr(replace(%(expressions)s::text, '-', ''), 1, 8))::bit(32)::bigint)"
+    output_field = models.BigIntegerField()
+
+
 class ExecutionStatus(models.TextChoices):
     SCHEDULED = "SCHEDULED"
     DISPATCHED = "DISPATCHED"
@@ -75,6 +89,22 @@ class Job(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.CharField(max_length=200, blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    misfire_policy = models.CharField(
+        max_length=16,
+        choices=MisfirePolicyChoice.choices,
+        default=MisfirePolicyChoice.FIRE_ONCE,
+        db_default=MisfirePolicyChoice.FIRE_ONCE,
+    )
+    misfire_fire_all_limit = models.PositiveIntegerField(default=10, db_default=10)
+    jitter_ms = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Spread each occurrence over [0, jitter) ms, the same every time.",
+    )
+    timer_key = models.GeneratedField(
+        expression=TimerKey("job_id"), output_field=models.BigIntegerField(), db_persist=True
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -83,6 +113,11 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["status", "next_run_at"], name="job_status_next_run_idx"),
             models.Index(fields=["tenant", "status"], name="job_tenant_status_idx"),
+            models.Index(
+                fields=["timer_key"],
+                name="job_pending_timer_key_idx",
+                condition=models.Q(status="ACTIVE", next_run_at__isnull=False),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -129,6 +164,13 @@ class Execution(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    reason = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Why it was skipped, cancelled or lost.",
+    )
     logs_url = models.URLField(max_length=500, blank=True, default="")
     fencing_token = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

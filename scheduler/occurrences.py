@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from django.db import connection
 
 from scheduler.clock import datetime_to_ms, ms_to_datetime
+from scheduler.cron import CronSchedule, parse_cron
+from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import JobStatus
 from scheduler.timers import execution_id_for
 
@@ -34,20 +36,30 @@ class DueJob:
     timezone: str
     status: str
     next_run_ms: int | None
+    misfire: MisfireRule
+    jitter_ms: int
 
     @property
     def is_active(self) -> bool:
         return self.status == JobStatus.ACTIVE
 
+    @property
+    def schedule(self) -> CronSchedule | None:
+        if not self.cron_expression:
+            return None
+        return parse_cron(self.cron_expression, self.timezone)
+
 
 _JOB_COLUMNS = (
     "j.job_id, j.tenant_id, j.job_type, j.args, j.kwargs, j.queue, j.cron_expression, "
-    "j.timezone, j.status, j.next_run_at"
+    "j.timezone, j.status, j.next_run_at, j.misfire_policy, j.misfire_fire_all_limit, "
+    "j.jitter_ms"
 )
 
 
 def _due_job(row: tuple) -> DueJob:
-    job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run = row
+    job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run = row[:10]
+    policy, fire_all_limit, jitter_ms = row[10:]
     return DueJob(
         job_id=str(job_id),
         tenant_id=str(tenant_id),
@@ -59,6 +71,8 @@ def _due_job(row: tuple) -> DueJob:
         timezone=tz,
         status=status,
         next_run_ms=None if next_run is None else datetime_to_ms(next_run),
+        misfire=MisfireRule(MisfirePolicy(policy), max(1, fire_all_limit)),
+        jitter_ms=jitter_ms,
     )
 
 
@@ -131,3 +145,33 @@ def record_dispatched(
             ],
         )
         return {str(row[0]) for row in cursor.fetchall()}
+
+
+def record_misfires(
+    occurrences: Sequence[tuple[DueJob, int, str | None]],
+) -> None:
+    """Write the executions of a misfire plan: ``(job, occurrence ms, None)`` to fire (inserted
+    ``SCHEDULED``), ``(job, occurrence ms, reason)`` skipped (``SKIPPED`` with the reason; a row
+    the claim inserted as ``SCHEDULED`` is turned ``SKIPPED``). One statement."""
+    if not occurrences:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
+            "scheduled_for, status, reason, error, logs_url, fencing_token, finished_at) "
+            "SELECT e, j, t, 1, s, st, r, '', '', 0, CASE WHEN st = 'SKIPPED' THEN now() END "
+            "FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::timestamptz[], %s::text[], "
+            "%s::text[]) AS x(e, j, t, s, st, r) "
+            "ON CONFLICT (execution_id) DO UPDATE SET status = EXCLUDED.status, "
+            "reason = EXCLUDED.reason, finished_at = EXCLUDED.finished_at "
+            "WHERE chrono_execution.status = 'SCHEDULED' AND EXCLUDED.status = 'SKIPPED'",
+            [
+                [execution_id_for(job.job_id, ms) for job, ms, _ in occurrences],
+                [uuid.UUID(job.job_id) for job, _, _ in occurrences],
+                [uuid.UUID(job.tenant_id) for job, _, _ in occurrences],
+                [ms_to_datetime(ms) for _, ms, _ in occurrences],
+                ["SCHEDULED" if reason is None else "SKIPPED" for _, _, reason in occurrences],
+                [reason or "" for _, _, reason in occurrences],
+            ],
+        )
+

@@ -1,21 +1,34 @@
 """Which shard a timer lives in, and which beat replica owns a shard.
 
-Pure functions. ``shard = crc32(timer id) mod S`` with S fixed per deployment, so shards move
-between replicas but timers never re-hash. Ownership uses rendezvous (highest random weight)
-hashing: every replica computes the same map from the same member list, and a join or leave moves
-only the shards it must.
+Pure functions. A timer's shard comes from the first 32 bits of its id (job ids are random UUIDs)
+scaled onto S equal ranges, S fixed per deployment, so shards move between replicas but timers
+never re-hash, and PostgreSQL can select one shard's jobs by an index range. Ownership uses
+rendezvous (highest random weight) hashing: every replica computes the same map from the same
+member list, and a join or leave moves only the shards it must.
 """
 
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Iterable, Sequence
 
 
+def timer_key(timer_id: str) -> int:
+    """The first 32 bits of a timer id (a job's UUID) as a number; PostgreSQL computes the same
+    value into ``chrono_job.timer_key``, so one shard's jobs are one index range."""
+    return int(timer_id.replace("-", "")[:8], 16)
+
+
 def shard_for(timer_id: str, shard_count: int) -> int:
-    """The shard of ``timer_id``; stable across processes and Python versions (no ``hash()``)."""
-    return zlib.crc32(timer_id.encode()) % shard_count
+    """The shard of ``timer_id``: its timer key scaled onto ``shard_count`` equal ranges."""
+    return (timer_key(timer_id) * shard_count) >> 32
+
+
+def timer_key_range(shard: int, shard_count: int) -> tuple[int, int]:
+    """The timer keys ``[low, high)`` of one shard (the inverse of :func:`shard_for`)."""
+    low = -((-shard << 32) // shard_count)  # ceil(shard * 2**32 / shard_count)
+    high = -((-(shard + 1) << 32) // shard_count)
+    return low, high
 
 
 def shard_tag(shard: int) -> str:

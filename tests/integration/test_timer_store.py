@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from scheduler.ownership import REPLICAS_KEY, ShardOwnership
 from scheduler.timers import TimerStore, execution_id_for, shard_keys
 
 SHARDS = 8
+
+
+def tid(name: str) -> str:
+    """A timer id (job ids are UUIDs) that reads as ``name`` in the test."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, name))
 
 
 @pytest.fixture
@@ -23,29 +30,31 @@ def lease_all(store: TimerStore, replica_id: str = "r1") -> ShardOwnership:
 
 
 def test_add_puts_one_timer_per_id_and_moves_it_when_added_again(store):
-    store.add([("job-a", 5_000), ("job-b", 6_000)])
-    store.add([("job-a", 7_000)])
-    assert store.fire_time_of("job-a") == 7_000
+    store.add([(tid("job-a"), 5_000), (tid("job-b"), 6_000)])
+    store.add([(tid("job-a"), 7_000)])
+    assert store.fire_time_of(tid("job-a")) == 7_000
     assert store.pending_count() == 2
 
 
 def test_claim_takes_only_due_timers_and_moves_them_inflight(store):
     ownership = lease_all(store)
-    store.add([("due", 1_000), ("later", 9_000)])
+    store.add([(tid("due"), 1_000), (tid("later"), 9_000)])
     claimed, fenced = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
                                       ack_deadline_ms=10_000, limit=100)
     assert fenced == []
-    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in claimed] == [("due", 1_000, False)]
-    due, inflight, claimed_key, _ = shard_keys(store.shard_of("due"))
-    assert store.client.zscore(due, "due") is None
-    assert store.client.zscore(inflight, "due") == 12_000
-    assert store.client.hget(claimed_key, "due") == b"1000"
+    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in claimed] == [
+        (tid("due"), 1_000, False)
+    ]
+    due, inflight, claimed_key, _ = shard_keys(store.shard_of(tid("due")))
+    assert store.client.zscore(due, tid("due")) is None
+    assert store.client.zscore(inflight, tid("due")) == 12_000
+    assert store.client.hget(claimed_key, tid("due")) == b"1000"
 
 
 def test_a_claim_with_a_lost_lease_is_fenced_and_claims_nothing(store):
     ownership = lease_all(store)
-    store.add([("job", 1_000)])
-    shard = store.shard_of("job")
+    store.add([(tid("job"), 1_000)])
+    shard = store.shard_of(tid("job"))
     stale = dict(ownership.leases)
     store.client.delete(shard_keys(shard)[3])  # the lease expired
     other = ShardOwnership(store, replica_id="r2", lease_ttl_ms=5_000)
@@ -54,7 +63,7 @@ def test_a_claim_with_a_lost_lease_is_fenced_and_claims_nothing(store):
     claimed, fenced = store.claim_due(stale, [shard], now_ms=2_000, ack_deadline_ms=10_000,
                                       limit=100)
     assert claimed == [] and fenced == [shard]
-    assert store.fire_time_of("job") == 1_000  # still due, for the new owner
+    assert store.fire_time_of(tid("job")) == 1_000  # still due, for the new owner
     assert other.leases[shard] != stale[shard]  # a fresh fencing token
 
 
@@ -69,7 +78,7 @@ def test_reacquiring_a_shard_yields_a_new_fencing_token(store):
 
 def test_unacknowledged_claim_is_claimed_again_after_its_deadline(store):
     ownership = lease_all(store)
-    store.add([("job", 1_000)])
+    store.add([(tid("job"), 1_000)])
     first, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_500,
                                ack_deadline_ms=1_000, limit=10)
     assert len(first) == 1
@@ -78,18 +87,21 @@ def test_unacknowledged_claim_is_claimed_again_after_its_deadline(store):
     assert before_deadline == []
     again, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_600,
                                ack_deadline_ms=1_000, limit=10)
-    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in again] == [("job", 1_000, True)]
+    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in again] == [
+        (tid("job"), 1_000, True)
+    ]
 
 
 def test_ack_removes_the_inflight_entry_and_adds_the_next_occurrence(store):
     ownership = lease_all(store)
-    store.add([("cron", 1_000), ("once", 1_000)])
+    store.add([(tid("cron"), 1_000), (tid("once"), 1_000)])
     claimed, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_000,
                                  ack_deadline_ms=5_000, limit=10)
     by_id = {t.timer_id: t for t in claimed}
-    assert store.ack(ownership.leases, [(by_id["cron"], 61_000), (by_id["once"], None)]) == []
-    assert store.fire_time_of("cron") == 61_000
-    assert store.fire_time_of("once") is None
+    acks = [(by_id[tid("cron")], 61_000), (by_id[tid("once")], None)]
+    assert store.ack(ownership.leases, acks) == []
+    assert store.fire_time_of(tid("cron")) == 61_000
+    assert store.fire_time_of(tid("once")) is None
     assert store.pending_count() == 1
     # Nothing is redelivered after the deadline: both were acknowledged.
     later, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=10_000,
@@ -100,7 +112,7 @@ def test_ack_removes_the_inflight_entry_and_adds_the_next_occurrence(store):
 def test_claim_respects_the_batch_limit_and_keeps_the_rest_due(store):
     ownership = lease_all(store)
     shard = 3
-    ids = [f"t{i}" for i in range(200) if store.shard_of(f"t{i}") == shard][:10]
+    ids = [tid(f"t{i}") for i in range(400) if store.shard_of(tid(f"t{i}")) == shard][:10]
     store.add([(timer_id, 1_000 + i) for i, timer_id in enumerate(ids)])
     claimed, _ = store.claim_due(ownership.leases, [shard], now_ms=5_000, ack_deadline_ms=5_000,
                                  limit=4)

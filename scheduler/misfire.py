@@ -1,0 +1,99 @@
+"""What to do with occurrences that fell due while nothing dispatched them: the misfire policy.
+
+Pure functions. An occurrence is *late* when it is more than ``grace_ms`` behind ``now`` (all
+replicas were down, the job was paused, Redis was being rebuilt); occurrences within the grace are
+on time and always fire, so a hiccup of a few seconds never skips anything. Late occurrences follow
+the job's policy:
+
+``fire_once`` (default)  the most recent late occurrence fires, the others are skipped;
+``fire_all``             late occurrences fire, oldest first, up to ``fire_all_limit``; the rest
+                         are skipped;
+``skip``                 no late occurrence fires.
+
+Every skipped occurrence is returned with its reason so the ledger (executions with status
+``SKIPPED``) shows an operator exactly what did not run and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scheduler.cron import CronSchedule
+
+MAX_OCCURRENCES_EXAMINED = 10_000
+
+
+class MisfirePolicy(StrEnum):
+    FIRE_ONCE = "fire_once"
+    FIRE_ALL = "fire_all"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class MisfireRule:
+    """A job's policy with its bound; validated at construction."""
+
+    policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    fire_all_limit: int = 10
+
+    def __post_init__(self) -> None:
+        if self.fire_all_limit < 1:
+            raise ValueError("fire_all_limit must be at least 1")
+
+
+@dataclass
+class FirePlan:
+    """The occurrences to fire now, those skipped (with why), and the next fire time."""
+
+    fire_ms: list[int] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    next_ms: int | None = None
+
+
+def plan_occurrences(
+    *,
+    schedule: CronSchedule | None,
+    fire_at_ms: int,
+    now_ms: int,
+    rule: MisfireRule,
+    grace_ms: int,
+) -> FirePlan:
+    """Plan a claimed occurrence ``fire_at_ms`` and, for a cron job, every later one up to
+    ``now_ms``. ``schedule`` is None for a one-time job."""
+    due = [fire_at_ms]
+    if schedule is not None:
+        while len(due) < MAX_OCCURRENCES_EXAMINED:
+            following = schedule.next_fire_ms(due[-1])
+            if following > now_ms:
+                break
+            due.append(following)
+    late = [ms for ms in due if now_ms - ms > grace_ms]
+    on_time = [ms for ms in due if now_ms - ms <= grace_ms]
+    plan = FirePlan()
+    if rule.policy is MisfirePolicy.FIRE_ONCE:
+        plan.fire_ms = late[-1:]
+        plan.skipped = [(ms, "missed; fired once for all (misfire policy fire_once)")
+                        for ms in late[:-1]]
+    elif rule.policy is MisfirePolicy.FIRE_ALL:
+        plan.fire_ms = late[: rule.fire_all_limit]
+        plan.skipped = [
+            (ms, f"missed beyond the fire_all limit of {rule.fire_all_limit}")
+            for ms in late[rule.fire_all_limit :]
+        ]
+    else:
+        plan.skipped = [(ms, "missed (misfire policy skip)") for ms in late]
+    plan.fire_ms += on_time
+    if schedule is not None:
+        plan.next_ms = schedule.next_fire_ms(max(due[-1], now_ms))
+    return plan
+
+
+def jittered_ms(job_id: str, occurrence_ms: int, jitter_ms: int) -> int:
+    """``occurrence_ms`` delayed by a spread in ``[0, jitter_ms)`` that is the same every time
+    it is computed for this job and occurrence (so a re-plan never moves an occurrence)."""
+    if jitter_ms <= 0:
+        return occurrence_ms
+    digest = hashlib.blake2b(f"{job_id}@{occurrence_ms}".encode(), digest_size=8).digest()
+    return occurrence_ms + int.from_bytes(digest, "big") % jitter_ms
