@@ -1,4 +1,4 @@
-"""Chrono's own PostgreSQL, Redis and RabbitMQ, as ``chrono services up`` leaves them.
+"""Chrono's own PostgreSQL, Redis, RabbitMQ and search node, as ``chrono services up`` leaves them.
 
 These tests run against the instances other tests use, so they never stop or restart one; a
 service that does not answer fails the run (``services_up``), it is never skipped.
@@ -6,14 +6,24 @@ service that does not answer fails the run (``services_up``), it is never skippe
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import pwd
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
+from pathlib import Path
 
 import amqp
 import psycopg
 import pytest
 
 from chronoadmin import services
+from chronoadmin.services import search as search_service
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +55,36 @@ def test_status_reports_every_service_up(config, capsys):
         "postgresql": True,
         "redis": True,
         "rabbitmq": True,
+        "search": True,
     }
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["postgresql", "up", config.database.address]
+    assert lines[3].split() == ["search", "up", config.search.address]
+
+
+def test_python_dash_m_chronoadmin_services_still_runs_the_command_line(config):
+    result = subprocess.run(
+        [sys.executable, "-m", "chronoadmin.services", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split()[:2] for line in result.stdout.splitlines()] == [
+        ["postgresql", "up"],
+        ["redis", "up"],
+        ["rabbitmq", "up"],
+        ["search", "up"],
+    ]
+
+
+def test_a_search_engine_that_does_not_answer_is_reported_down(config, capsys):
+    nothing_there = dataclasses.replace(
+        config, search=services.parse_search_url(f"http://127.0.0.1:{_free_port()}")
+    )
+    assert services.status(config=nothing_there)["search"] is False
+    assert capsys.readouterr().out.splitlines()[3].split()[:2] == ["search", "down"]
 
 
 def test_up_leaves_instances_that_answer_alone(config, service_by_name):
@@ -128,6 +165,102 @@ def _get_within(channel: amqp.Channel, queue: str, *, attempts: int) -> amqp.Mes
             return message
         time.sleep(0.05)
     return None
+
+
+def test_search_node_is_opensearch_in_cluster_chrono_with_green_or_yellow_health(config):
+    root = _get_json(config, "/")
+    assert root["cluster_name"] == "chrono"
+    assert root["version"]["distribution"] == "opensearch"
+    assert root["version"]["number"].startswith("2.19.")
+    assert _get_json(config, "/_cluster/health")["status"] in ("green", "yellow")
+    plugins = {row["component"] for row in _get_json(config, "/_cat/plugins?format=json")}
+    assert plugins == {
+        "org.opensearch.transport.Netty4Plugin",
+        "org.opensearch.analysis.common.CommonAnalysisPlugin",
+        "org.opensearch.painless.PainlessPlugin",
+    }
+
+
+def test_search_node_runs_as_its_own_user_with_its_data_in_the_data_dir(config, service_by_name):
+    node = service_by_name["search"]
+    owner = pwd.getpwuid(os.stat(f"/proc/{node.pid()}").st_uid).pw_name
+    assert owner == (search_service.OS_USER if os.geteuid() == 0 else pwd.getpwuid(os.geteuid())[0])
+    assert owner != "root"
+    assert node.data_dir == config.data_dir / "search"
+    assert (node.data_dir / "data" / "nodes").is_dir()
+    assert (node.log_path / "chrono-search.log").stat().st_size > 0
+
+
+def test_a_port_held_by_another_program_is_reported_and_never_killed(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        node = services.SearchService(
+            endpoint=services.parse_search_url(f"http://127.0.0.1:{port}"), data_dir=tmp_path
+        )
+        with pytest.raises(services.PortBusyError, match=f"port {port}, needed by search"):
+            services.free_ports(node)
+        assert services.port_holders(port) == [os.getpid()]
+
+
+def test_the_launcher_build_is_stale_until_built_and_again_when_a_source_changes(tmp_path):
+    launcher = tmp_path / "launcher"
+    source = launcher / "src" / "main" / "java" / "Node.java"
+    source.parent.mkdir(parents=True)
+    source.write_text("class Node {}")
+    (launcher / "pom.xml").write_text("<project/>")
+    assert search_service.build_is_stale(launcher)  # never built
+    (launcher / "target" / "lib").mkdir(parents=True)
+    stamp = launcher / "target" / search_service.BUILD_STAMP
+    stamp.write_text("1\n")
+    _age(launcher / "pom.xml", source, seconds=60)
+    assert not search_service.build_is_stale(launcher)
+    source.write_text("class Node { int changed; }")
+    assert search_service.build_is_stale(launcher)
+
+
+def test_the_real_launcher_sources_are_the_pom_and_the_java_main():
+    sources = search_service.launcher_sources(search_service.LAUNCHER_DIR)
+    names = {path.name for path in sources}
+    assert {"pom.xml", "ChronoSearchNode.java", "log4j2.properties"} <= names
+
+
+def _age(*paths: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    for path in paths:
+        os.utime(path, (then, then))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get_json(config: services.ServicesConfig, path: str) -> object:
+    url = f"http://{config.search.address}{path}"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)
+
+
+def test_search_url_must_be_plain_http_on_loopback_without_credentials():
+    endpoint = services.parse_search_url("http://127.0.0.1:9200")
+    assert (endpoint.host, endpoint.port) == ("127.0.0.1", 9200)
+    assert services.parse_search_url("http://localhost").port == 9200
+    with pytest.raises(services.ServiceConfigError, match="no security plugin"):
+        services.parse_search_url("http://elastic:secret@127.0.0.1:9200")
+    with pytest.raises(services.ServiceConfigError, match="scheme"):
+        services.parse_search_url("https://127.0.0.1:9200")
+    with pytest.raises(services.ServiceConfigError, match="point it at 127.0.0.1"):
+        services.parse_search_url("http://search.internal:9200")
+
+
+def test_search_url_default_is_the_one_of_chrono_config():
+    from chronoadmin.config import load_config
+
+    assert services.DEFAULT_SEARCH_URL == load_config({}).search_url == "http://127.0.0.1:9200"
+    assert load_config({"SEARCH_URL": "http://127.0.0.1:9201"}).search_url.endswith(":9201")
 
 
 def test_broker_url_with_double_slash_names_the_root_virtual_host():
