@@ -36,6 +36,7 @@ from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
 from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
 from scheduler.ownership import ShardOwnership
+from scheduler.reconcile import Reconciler
 from scheduler.timers import (
     ANNOUNCE_CHANNEL,
     ClaimedTimer,
@@ -112,6 +113,7 @@ class Beat:
         self.wheel = TimingWheel(start_ms=clock(), tick_ms=config.tick_ms)
         self.counters = BeatCounters()
         self.recorder = Recorder(store, self.counters)
+        self.reconciler = Reconciler(store, interval_ms=config.reconcile_shard_interval_ms)
         self._scanned_until: dict[int, int] = {}
         self._announced: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
         self._wakeup = threading.Event()
@@ -131,6 +133,7 @@ class Beat:
         listener = threading.Thread(target=self._listen, name="chrono-announce", daemon=True)
         listener.start()
         self.recorder.start()
+        self.reconciler.start()
         backoff_s = 0.1
         log.info("beat replica %s started", self.replica_id)
         try:
@@ -151,6 +154,7 @@ class Beat:
             self._leave()
 
     def _leave(self) -> None:
+        self.reconciler.stop()
         self.recorder.close()
         try:
             self.ownership.leave()
@@ -195,8 +199,10 @@ class Beat:
         change = self.ownership.refresh(now)
         for shard in change.lost:
             self._scanned_until.pop(shard, None)
+        self.reconciler.owned = frozenset(self.ownership.leases)
         if change.gained:
             self._next_scan_ms = 0  # scan the new shards from the beginning right away
+            self.reconciler.gained(change.gained)
         self._next_refresh_ms = now + OWNERSHIP_REFRESH_MS
 
     def _scan(self, now: int) -> None:
@@ -277,6 +283,7 @@ class Beat:
         if shards:
             self.counters.fenced += len(shards)
             self.ownership.drop(shards)
+            self.reconciler.owned = frozenset(self.ownership.leases)
             for shard in shards:
                 self._scanned_until.pop(shard, None)
 

@@ -1,0 +1,164 @@
+"""Keeping the Redis timer store true to PostgreSQL: the reconciler and ``rebuild-timers``.
+
+PostgreSQL is the truth and Redis an index. Every pending job (``ACTIVE`` with a ``next_run_at``)
+must have its timer at that time in its shard's ``due`` set, unless the beat holds it ``inflight``.
+The reconciler compares one shard at a time and adds what is missing or moves what is wrong; it
+never removes: a stale timer (its job cancelled, completed or moved since) is harmless, because the
+beat checks the job in PostgreSQL when the timer comes due and drops it.
+
+Shards are read by index range (``chrono_job.timer_key``), so a shard's comparison costs one range
+scan and one ``ZRANGE``, whatever the table's size.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+from django.db import DatabaseError, close_old_connections, connection
+
+from scheduler.clock import datetime_to_ms
+from scheduler.models import Job
+from scheduler.sharding import timer_key_range
+from scheduler.timers import TimerStore, shard_keys
+
+REBUILD_BATCH = 10_000
+
+log = logging.getLogger("chrono.reconcile")
+
+
+@dataclass
+class ReconcileReport:
+    checked: int = 0
+    added: int = 0
+    moved: int = 0
+
+    def __iadd__(self, other: ReconcileReport) -> ReconcileReport:
+        self.checked += other.checked
+        self.added += other.added
+        self.moved += other.moved
+        return self
+
+
+def pending_timers(shard: int, shard_count: int) -> dict[str, int]:
+    """``{job id: next fire ms}`` of the pending jobs of one shard, from PostgreSQL."""
+    low, high = timer_key_range(shard, shard_count)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, next_run_at FROM chrono_job WHERE timer_key >= %s AND timer_key < %s "
+            "AND status = 'ACTIVE' AND next_run_at IS NOT NULL",
+            [low, high],
+        )
+        return {str(job_id): datetime_to_ms(next_run) for job_id, next_run in cursor.fetchall()}
+
+
+def reconcile_shard(store: TimerStore, shard: int) -> ReconcileReport:
+    """Add the missing timers of one shard and move the ones at a wrong time."""
+    # Redis first, PostgreSQL second: a timer the beat fires in between then shows up as a
+    # harmless re-add of the job's new time, never as a re-add of an occurrence already fired.
+    due, inflight, _, _ = shard_keys(shard)
+    pipe = store.client.pipeline(transaction=False)
+    pipe.zrange(due, 0, -1, withscores=True)
+    pipe.zrange(inflight, 0, -1)
+    due_rows, inflight_rows = pipe.execute()
+    expected = pending_timers(shard, store.shard_count)
+    present = {member.decode(): int(score) for member, score in due_rows}
+    claimed = {member.decode() for member in inflight_rows}
+    report = ReconcileReport(checked=len(expected))
+    repairs: dict[str, int] = {}
+    for job_id, fire_ms in expected.items():
+        if job_id in claimed:
+            continue
+        current = present.get(job_id)
+        if current is None:
+            report.added += 1
+        elif current != fire_ms:
+            report.moved += 1
+        else:
+            continue
+        repairs[job_id] = fire_ms
+    if repairs:
+        store.client.zadd(due, repairs)
+        log.warning(
+            "shard %d: repaired %d missing and %d misplaced timers", shard, report.added,
+            report.moved,
+        )
+    return report
+
+
+def rebuild_all(store: TimerStore) -> int:
+    """Write the timer of every pending job (``chrono rebuild-timers``), in pipelined batches,
+    streaming the jobs table. Returns how many timers were written."""
+    pending = (
+        Job.objects.pending().values_list("job_id", "next_run_at").order_by().iterator(
+            chunk_size=REBUILD_BATCH
+        )
+    )
+    written = 0
+    batch: list[tuple[str, int]] = []
+    for job_id, next_run_at in pending:
+        batch.append((str(job_id), datetime_to_ms(next_run_at)))
+        if len(batch) >= REBUILD_BATCH:
+            written += store.add(batch)
+            batch = []
+    if batch:
+        written += store.add(batch)
+    return written
+
+
+class Reconciler(threading.Thread):
+    """A beat replica's background repair of its own shards: one shard every
+    ``interval_ms``, round robin, and every newly gained shard at once (a shard taken over,
+    or all of them after Redis lost its data)."""
+
+    def __init__(self, store: TimerStore, *, interval_ms: int) -> None:
+        super().__init__(name="chrono-reconciler", daemon=True)
+        self.store = store
+        self.interval_s = interval_ms / 1000
+        self.owned: frozenset[int] = frozenset()
+        self.totals = ReconcileReport()
+        self._urgent: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._cursor = 0
+
+    def gained(self, shards: list[int]) -> None:
+        for shard in shards:
+            self._urgent.put(shard)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            shard = self._next_shard()
+            if shard is not None:
+                try:
+                    self.totals += reconcile_shard(self.store, shard)
+                except (redis.RedisError, DatabaseError) as exc:
+                    log.error("reconciling shard %d failed, will retry: %r", shard, exc)
+                    close_old_connections()
+                    self._stopping.wait(1.0)
+                    continue
+            if self._urgent.empty():
+                self._stopping.wait(self.interval_s)
+        connection.close()
+
+    def _next_shard(self) -> int | None:
+        try:
+            shard = self._urgent.get_nowait()
+        except queue.Empty:
+            owned = sorted(self.owned)
+            if not owned:
+                return None
+            self._cursor = (self._cursor + 1) % len(owned)
+            return owned[self._cursor]
+        return shard if shard in self.owned else None
+
+
+def timed_rebuild(store: TimerStore) -> tuple[int, float]:
+    started = time.monotonic()
+    return rebuild_all(store), time.monotonic() - started
