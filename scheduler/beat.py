@@ -315,9 +315,10 @@ class Beat:
         if misfires:
             with self.counters.timed("misfire"):
                 occurrences.record_misfires(misfires)
+        self._drop_unsure_leases(batch)
         messages = [
-            _task_message(job, fire_ms)
-            for _, job, fire_ms_list, _ in batch.fired
+            _task_message(job, fire_ms, batch.leases[timer.shard])
+            for timer, job, fire_ms_list, _ in batch.fired
             for fire_ms in fire_ms_list
         ]
         if messages:
@@ -334,6 +335,18 @@ class Beat:
             del self.counters.dispatch_lateness_ms[:-10_000]
         self.recorder.submit(batch)
         self.counters.batches += 1
+
+    def _drop_unsure_leases(self, batch: ConfirmedBatch) -> None:
+        """Publish nothing of a shard whose lease may have expired while this batch was being
+        prepared (a pause longer than the lease): it stays inflight for the next owner."""
+        unsure = {t.shard for t, *_ in batch.fired if not self.ownership.surely_held(t.shard)}
+        unsure |= {t.shard for t, _ in batch.acks if not self.ownership.surely_held(t.shard)}
+        if unsure:
+            log.warning("replica %s: lease of shards %s may have expired; publishing nothing of "
+                        "them", self.replica_id, sorted(unsure))
+            self.counters.fenced += len(unsure)
+            batch.fired = [f for f in batch.fired if f[0].shard not in unsure]
+            batch.acks = [a for a in batch.acks if a[0].shard not in unsure]
 
     def _plan(self, job: occurrences.DueJob, fire_at_ms: int, now: int) -> FirePlan:
         plan = plan_occurrences(
@@ -423,7 +436,7 @@ class Recorder(threading.Thread):
                 self.fenced.put(shard)
 
 
-def _task_message(job: occurrences.DueJob, fire_at_ms: int) -> TaskMessage:
+def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage:
     execution_id = execution_id_for(job.job_id, fire_at_ms)
     return TaskMessage(
         task_id=str(execution_id),
@@ -437,6 +450,10 @@ def _task_message(job: occurrences.DueJob, fire_at_ms: int) -> TaskMessage:
             "chrono_tenant_id": job.tenant_id,
             "chrono_attempt": 1,
             "chrono_fire_ms": fire_at_ms,
+            # "<replica>|<fencing token>" of the lease it was claimed under: lets anyone check
+            # which replica dispatched a message, and that it held the shard at the time.
+            "chrono_shard_lease": shard_lease,
+            "chrono_published_ms": now_ms(),
         },
     )
 

@@ -11,6 +11,7 @@ map no longer gives it are released at once, so their new owner takes them on it
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from scheduler.sharding import shard_tag, shards_owned_by
@@ -42,6 +43,8 @@ class ShardOwnership:
         self.replica_id = replica_id
         self.lease_ttl_ms = lease_ttl_ms
         self.leases: dict[int, str] = {}
+        # When each lease was last acquired or renewed, by this process's monotonic clock.
+        self._renewed_at: dict[int, float] = {}
 
     def live_replicas(self, now_ms: int) -> list[str]:
         client = self.store.client
@@ -78,7 +81,11 @@ class ShardOwnership:
                 args=[self.leases[shard], self.lease_ttl_ms],
                 client=pipe,
             )
-        lost = [s for s, ok in zip(held, pipe.execute(), strict=True) if not ok]
+        sent_at = time.monotonic()
+        replies = pipe.execute()
+        lost = [s for s, ok in zip(held, replies, strict=True) if not ok]
+        for shard in held:
+            self._renewed_at[shard] = sent_at
         for shard in lost:
             log.warning("replica %s lost its lease on shard %d", self.replica_id, shard)
             del self.leases[shard]
@@ -94,10 +101,12 @@ class ShardOwnership:
                 args=[self.replica_id, self.lease_ttl_ms],
                 client=pipe,
             )
+        sent_at = time.monotonic()
         gained = []
         for shard, value in zip(shards, pipe.execute(), strict=True):
             if value:
                 self.leases[shard] = value.decode()
+                self._renewed_at[shard] = sent_at
                 gained.append(shard)
         return gained
 
@@ -113,6 +122,20 @@ class ShardOwnership:
             del self.leases[shard]
         pipe.execute()
         return shards
+
+    def surely_held(self, shard: int) -> bool:
+        """True while this replica's lease on ``shard`` cannot have expired in Redis yet.
+
+        Measured from when the last acquire or renew was *sent*, by the monotonic clock, with a
+        safety margin of a fifth of the TTL for clock-rate drift. A replica checks this right
+        before publishing what it claimed: after a pause (GC, SIGSTOP) longer than the lease it
+        publishes nothing, and leaves its claimed timers to the shard's next owner.
+        """
+        renewed_at = self._renewed_at.get(shard)
+        if renewed_at is None or shard not in self.leases:
+            return False
+        margin_s = self.lease_ttl_ms / 5000
+        return time.monotonic() < renewed_at + self.lease_ttl_ms / 1000 - margin_s
 
     def drop(self, shards: list[int]) -> None:
         """Forget shards whose lease a claim or ack found lost (fenced)."""

@@ -61,7 +61,7 @@ def reconcile_shard(store: TimerStore, shard: int) -> ReconcileReport:
     # Redis first, PostgreSQL second: a timer the beat fires in between then shows up as a
     # harmless re-add of the job's new time, never as a re-add of an occurrence already fired.
     due, inflight, _, _ = shard_keys(shard)
-    pipe = store.client.pipeline(transaction=False)
+    pipe = store.client.pipeline(transaction=True)  # due and inflight as of one instant
     pipe.zrange(due, 0, -1, withscores=True)
     pipe.zrange(inflight, 0, -1)
     due_rows, inflight_rows = pipe.execute()

@@ -9,11 +9,14 @@ answer fails the run with what to do; nothing is ever skipped.
 from __future__ import annotations
 
 import os
+import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from chronoadmin.config import DEFAULT_REDIS_URL, load_config
+from chronoadmin.config import DEFAULT_REDIS_URL, get_config, load_config
+from chronoadmin.processes import ProcessGroup
+from scheduler.sharding import shard_tag
 
 
 def _test_redis_url() -> str:
@@ -68,3 +71,90 @@ def other_tenant(db):
     from chronoadmin.models import Tenant
 
     return Tenant.objects.create(slug="globex", name="Globex")
+
+
+def owned_shards(client, replica_id: str, shard_count: int) -> int:
+    pipe = client.pipeline(transaction=False)
+    for shard in range(shard_count):
+        pipe.get(f"{shard_tag(shard)}:lease")
+    prefix = f"{replica_id}|".encode()
+    return sum(1 for value in pipe.execute() if value and value.startswith(prefix))
+
+
+class Platform:
+    """Starts beats and workers for one test and knows when each is ready."""
+
+    def __init__(self, group: ProcessGroup, redis_client, queue: str) -> None:
+        self.group = group
+        self.redis = redis_client
+        self.queue = queue
+
+    def start_beat(self, replica_id: str = "beat-1", **env: str):
+        extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
+        beat = self.group.start(replica_id, ["beat", "--replica-id", replica_id], env=extra)
+        shard_count = get_config().shard_count
+        beat.wait_until(
+            lambda: owned_shards(self.redis, replica_id, shard_count) > 0,
+            timeout_s=30,
+            what="taking its shards",
+        )
+        return beat
+
+    def leases_of(self, replica_id: str) -> set[str]:
+        """The lease values ("<replica>|<token>") ``replica_id`` holds now."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(get_config().shard_count):
+            pipe.get(f"{shard_tag(shard)}:lease")
+        return {v.decode() for v in pipe.execute() if v and v.startswith(f"{replica_id}|".encode())}
+
+    def owned(self, replica_id: str) -> int:
+        return len(self.leases_of(replica_id))
+
+    def start_worker(self, name: str = "worker-1", concurrency: int = 2):
+        from reaper.models import Worker
+
+        hostname = f"{name}@{self.queue}"
+        worker = self.group.start(
+            name,
+            ["worker", "--queues", self.queue, "--concurrency", str(concurrency),
+             "--hostname", hostname, "--include", "tests.e2e.tasks", "--loglevel", "WARNING"],
+        )
+        worker.wait_until(
+            lambda: Worker.objects.filter(worker_id=hostname).exists(),
+            timeout_s=60,
+            what="its first heartbeat",
+        )
+        return worker
+
+
+@pytest.fixture
+def platform(transactional_db, redis_client, tmp_path):
+    """Real beat and worker processes against the test database (tests using it must be
+    ``transaction=True`` so what they write is committed and visible to the children)."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    base = urlsplit(get_config().database_url)
+    test_database_url = urlunsplit(base._replace(path=f"/{settings['NAME']}"))
+    queue = f"e2e-{uuid.uuid4().hex[:10]}"
+    group = ProcessGroup(
+        env={
+            "DATABASE_URL": test_database_url,
+            "REDIS_URL": os.environ["REDIS_URL"],
+            "CHRONO_DEFAULT_QUEUE": queue,
+        },
+        log_dir=tmp_path / "logs",
+    )
+    yield Platform(group, redis_client, queue)
+    group.stop_all()
+    _delete_queue(queue)
+
+
+def _delete_queue(queue: str) -> None:
+    import amqp
+
+    from scheduler.dispatch import amqp_connection_params
+
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        conn.channel().queue_delete(queue)

@@ -1,18 +1,40 @@
-"""Tasks the end-to-end tests run on real workers; each leaves evidence of every run in Redis."""
+"""Tasks the end-to-end tests run on real workers; each leaves evidence in Redis.
+
+``e2e:runs``        hash: execution id -> how many times the task body ran
+``e2e:deliveries``  hash: execution id -> how many times a worker received it (duplicates show)
+``e2e:delivery_log`` list: "<execution id>|<shard lease>|<published ms>" per delivery, to tell
+                    which replica dispatched what, under which fencing token, and when
+"""
 
 from __future__ import annotations
 
 import os
 
 import redis
+from celery.signals import task_prerun
 
 from chronoadmin.celery import app
 
 RUNS_KEY = "e2e:runs"
+DELIVERIES_KEY = "e2e:deliveries"
+DELIVERY_LOG_KEY = "e2e:delivery_log"
 
 
 def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["REDIS_URL"])
+
+
+@task_prerun.connect
+def _record_delivery(task=None, **_: object) -> None:
+    execution_id = getattr(task.request, "chrono_execution_id", None)
+    if not execution_id:
+        return
+    lease = getattr(task.request, "chrono_shard_lease", "")
+    published = getattr(task.request, "chrono_published_ms", 0)
+    pipe = _redis().pipeline(transaction=False)
+    pipe.hincrby(DELIVERIES_KEY, execution_id, 1)
+    pipe.rpush(DELIVERY_LOG_KEY, f"{execution_id}|{lease}|{published}")
+    pipe.execute()
 
 
 @app.task(name="e2e.record_run", bind=True)
@@ -21,3 +43,14 @@ def record_run(self, label: str = "") -> str:
     execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
     _redis().hincrby(RUNS_KEY, execution_id, 1)
     return label
+
+
+@app.task(name="e2e.sleep", bind=True)
+def sleep(self, seconds: float = 1.0) -> float:
+    """Sleeps, then counts its run like ``record_run``."""
+    import time
+
+    time.sleep(seconds)
+    execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
+    _redis().hincrby(RUNS_KEY, execution_id, 1)
+    return seconds

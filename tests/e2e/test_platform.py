@@ -12,17 +12,9 @@ from scheduler import api
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
 from tests.e2e.tasks import RUNS_KEY
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(condition, *, timeout_s: float, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval_s)
-    return condition()
 
 
 def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(platform, tenant):

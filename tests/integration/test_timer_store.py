@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -140,3 +141,14 @@ def test_ownership_splits_shards_between_live_replicas_and_hands_over_on_leave(s
 def test_execution_id_is_the_same_for_every_publish_of_one_occurrence():
     assert execution_id_for("job", 1_000) == execution_id_for("job", 1_000)
     assert execution_id_for("job", 1_000) != execution_id_for("job", 2_000)
+
+
+def test_a_lease_is_surely_held_only_until_its_ttl_minus_a_margin(store):
+    ownership = ShardOwnership(store, replica_id="r1", lease_ttl_ms=1_000)
+    ownership.refresh(now_ms=1_000)
+    assert ownership.surely_held(0)
+    time.sleep(0.85)  # past TTL minus the 200 ms margin, before Redis expires it
+    assert not ownership.surely_held(0)
+    ownership.refresh(now_ms=1_500)  # renewed in time: held again
+    assert ownership.surely_held(0)
+    assert not ownership.surely_held(SHARDS + 1)  # never held

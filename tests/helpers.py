@@ -1,0 +1,49 @@
+"""Small helpers shared by the end-to-end and chaos tests."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from tests.e2e.tasks import DELIVERIES_KEY, DELIVERY_LOG_KEY, RUNS_KEY
+
+FAST_FAILOVER = {
+    # Leases of 2 s and ack deadlines of 3 s make a failover take seconds, not a minute.
+    "shard_lease_ttl_ms": 2_000,
+    "ack_deadline_ms": 3_000,
+    "lookahead_ms": 1_000,
+    "scan_interval_ms": 200,
+}
+
+
+def wait_for(condition, *, timeout_s: float, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval_s)
+    return condition()
+
+
+def runs(client) -> dict[str, int]:
+    """Execution id -> how many times its task body ran."""
+    return {k.decode(): int(v) for k, v in client.hgetall(RUNS_KEY).items()}
+
+
+def deliveries(client) -> dict[str, int]:
+    """Execution id -> how many times a worker received it."""
+    return {k.decode(): int(v) for k, v in client.hgetall(DELIVERIES_KEY).items()}
+
+
+def delivery_log(client) -> list[tuple[str, str, int]]:
+    """(execution id, shard lease "<replica>|<token>", published ms) per delivery."""
+    rows = []
+    for raw in client.lrange(DELIVERY_LOG_KEY, 0, -1):
+        execution_id, replica, token, published = raw.decode().split("|")
+        rows.append((execution_id, f"{replica}|{token}", int(published)))
+    return rows
+
+
+def replicas_seen(client) -> Counter:
+    """How many deliveries each beat replica dispatched."""
+    return Counter(lease.split("|")[0] for _, lease, _ in delivery_log(client))
