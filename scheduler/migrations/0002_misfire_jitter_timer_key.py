@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chronoadmin', '0002_api_keys_idempotency'),
+        ('chronoadmin', '0001_initial'),
         ('scheduler', '0001_initial'),
     ]
 
