@@ -91,3 +91,15 @@ def wait_until(condition, *, timeout_s: float, interval_s: float = 0.25) -> bool
             return True
         time.sleep(interval_s)
     return condition()
+
+
+def queue_depth(queue: str) -> int:
+    """Messages waiting in ``queue`` (with no consumer: every message ever published to it)."""
+    import amqp
+
+    from scheduler.dispatch import amqp_connection_params
+
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        _, count, _ = conn.channel().queue_declare(queue, passive=True)
+    return count

@@ -36,6 +36,15 @@ class TimerKey(models.Func):
     output_field = models.BigIntegerField()
 
 
+class OverlapPolicy(models.TextChoices):
+    """What a cron job's occurrence does while the previous one still runs."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    CANCEL_PREVIOUS = "cancel_previous"
+
+
 class ExecutionStatus(models.TextChoices):
     SCHEDULED = "SCHEDULED"
     DISPATCHED = "DISPATCHED"
@@ -79,8 +88,20 @@ class Job(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     next_run_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.ACTIVE)
-    retry_count = models.PositiveIntegerField(default=0)
+    retry_count = models.PositiveIntegerField(default=0, help_text="Retries made, all occurrences.")
     max_retries = models.PositiveIntegerField(default=0)
+    retry_policy = models.JSONField(
+        default=dict,
+        db_default={},
+        blank=True,
+        help_text="Backoff of scheduler.retry.RetryPolicy as JSON; max_retries bounds attempts.",
+    )
+    soft_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    hard_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    overlap_policy = models.CharField(
+        max_length=16, choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP,
+        db_default=OverlapPolicy.SKIP,
+    )
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     queue = models.CharField(max_length=200, default="chrono")
@@ -174,6 +195,8 @@ class Execution(models.Model):
     logs_url = models.URLField(max_length=500, blank=True, default="")
     fencing_token = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     objects = ExecutionQuerySet.as_manager()
 
@@ -183,6 +206,21 @@ class Execution(models.Model):
             models.Index(fields=["job", "started_at"], name="execution_job_started_idx"),
             models.Index(fields=["tenant", "status"], name="execution_tenant_status_idx"),
             models.Index(fields=["scheduled_for"], name="execution_scheduled_for_idx"),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="execution_running_lease_idx",
+                condition=models.Q(status="RUNNING"),
+            ),
+            models.Index(
+                fields=["retry_at"],
+                name="execution_retry_wait_idx",
+                condition=models.Q(status="RETRY_WAIT"),
+            ),
+            models.Index(
+                fields=["job", "status"],
+                name="execution_job_active_idx",
+                condition=models.Q(status__in=["SCHEDULED", "DISPATCHED", "RUNNING"]),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -8,7 +8,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-BENCHMARKS = ("dispatch",)
+BENCHMARKS = ("dispatch", "failover", "timers")
 
 
 class Command(BaseCommand):

@@ -1,0 +1,121 @@
+"""A platform for one benchmark run: services, a tenant, a queue, beat replicas, a worker.
+
+Benchmarks use the Redis database ``BENCH_REDIS_DB`` (flushed before and after), their own
+tenant (its jobs deleted before and after) and their own queue (deleted after), so they neither
+disturb nor are disturbed by a demo running on the same machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from urllib.parse import urlsplit, urlunsplit
+
+from django.db.models import F, Max, Min, QuerySet
+
+from bench.common import (
+    delete_queue,
+    ensure_platform_ready,
+    new_queue,
+    process_group,
+    summarize_ms,
+    wait_for_beat,
+    wait_for_worker,
+)
+from chronoadmin.config import DEFAULT_REDIS_URL, get_config
+from chronoadmin.models import Tenant
+from chronoadmin.processes import ChronoProcess, ProcessGroup
+from scheduler import api
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.models import Execution, Job
+
+BENCH_TENANT = "bench"
+BENCH_REDIS_DB = 9
+
+
+def use_bench_redis_db() -> None:
+    """Point this process (and the children it starts) at the benchmarks' Redis database."""
+    parts = urlsplit(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
+    os.environ["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{BENCH_REDIS_DB}"))
+    get_config.cache_clear()
+    api.timer_store.cache_clear()
+
+
+@dataclass
+class BenchPlatform:
+    tenant: Tenant
+    queue: str
+    group: ProcessGroup
+    beats: dict[str, ChronoProcess] = field(default_factory=dict)
+
+    @property
+    def executions(self) -> QuerySet:
+        return Execution.objects.for_tenant(self.tenant)
+
+    def start_beat(self, replica_id: str, **env: object) -> ChronoProcess:
+        extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
+        beat = self.group.start(replica_id, ["beat", "--replica-id", replica_id], env=extra)
+        wait_for_beat(beat, replica_id)
+        self.beats[replica_id] = beat
+        return beat
+
+    def start_worker(self, concurrency: int = 2) -> ChronoProcess:
+        hostname = f"bench-worker@{self.queue}"
+        worker = self.group.start("worker", ["worker", "--queues", self.queue, "--concurrency",
+                                             str(concurrency), "--hostname", hostname,
+                                             "--loglevel", "WARNING"])
+        wait_for_worker(worker, hostname)
+        return worker
+
+    def schedule_steady(self, jobs: int, rate: float, *, lead_ms: int = 3_000) -> int:
+        """``jobs`` one-time no-op jobs due evenly at ``rate`` per second; returns the first
+        fire time (epoch ms)."""
+        start_ms = now_ms() + lead_ms + jobs // 10
+        step_ms = 1_000.0 / rate
+        for offset in range(0, jobs, 20_000):
+            fire_times = [ms_to_datetime(start_ms + int(i * step_ms))
+                          for i in range(offset, min(jobs, offset + 20_000))]
+            api.schedule_once_many("chrono.noop", tenant=self.tenant, fire_times=fire_times,
+                                   queue=self.queue)
+        return start_ms
+
+
+@contextmanager
+def bench_platform(name: str) -> Iterator[BenchPlatform]:
+    use_bench_redis_db()
+    ensure_platform_ready()
+    api.timer_store().client.flushdb()
+    tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT, defaults={"name": "Benchmarks"})
+    Job.objects.filter(tenant=tenant).delete()
+    queue = new_queue(f"bench-{name}")
+    platform = BenchPlatform(tenant=tenant, queue=queue,
+                             group=process_group(name, CHRONO_DEFAULT_QUEUE=queue))
+    try:
+        yield platform
+    finally:
+        platform.group.stop_all()
+        delete_queue(queue)
+        Job.objects.filter(tenant=tenant).delete()
+        api.timer_store().client.flushdb()
+
+
+def lateness_report(executions: QuerySet, *, with_start: bool) -> dict[str, object]:
+    """Dispatch and start lateness of ``executions``, and the dispatch rate achieved."""
+    rows = executions.annotate(
+        dispatch=F("dispatched_at") - F("scheduled_for"),
+        start=F("started_at") - F("scheduled_for"),
+    ).values_list("dispatch", "start")
+    dispatch = [d / timedelta(milliseconds=1) for d, _ in rows if d is not None]
+    start = [s / timedelta(milliseconds=1) for _, s in rows if s is not None]
+    span = executions.aggregate(first=Min("scheduled_for"), last=Max("dispatched_at"))
+    seconds = (span["last"] - span["first"]).total_seconds() if span["last"] else 0
+    return {
+        "rate_per_s": round(len(dispatch) / seconds, 1) if seconds > 0 else None,
+        "dispatch_lateness_ms": summarize_ms(dispatch),
+        "start_lateness_ms": summarize_ms(start) if with_start else None,
+        "dispatched": len(dispatch),
+        "started": len(start),
+    }
