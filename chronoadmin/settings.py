@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "chronoadmin.apps.ChronoAdminConfig",
     "scheduler.apps.SchedulerConfig",
     "reaper.apps.ReaperConfig",
+    "search.apps.SearchConfig",
 ]
 
 MIDDLEWARE = [
@@ -38,6 +39,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "search.middleware.AuditActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -74,6 +76,33 @@ STATIC_ROOT = BASE_DIR / ".chrono" / "static"
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "chronoadmin.api.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["chronoadmin.api.parsers.LimitedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "EXCEPTION_HANDLER": "chronoadmin.api.handlers.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Chrono API",
+    "DESCRIPTION": "Schedule one-time and cron jobs for Celery workers. See docs/api.md.",
+    "VERSION": "1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "scheduler.models.JobStatus",
+        "ExecutionStatusEnum": "scheduler.models.ExecutionStatus",
+    },
+    "PREPROCESSING_HOOKS": ["chronoadmin.api.schema.exclude_aliases"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "chronoadmin.api.schema.add_error_responses",
+    ],
 }
 
 LOGGING = {

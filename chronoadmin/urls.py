@@ -1,17 +1,22 @@
-"""URL map of the web process: the admin (with the live dashboard) and the API schema."""
+"""URL map of the web process: the admin (with the live dashboard), the REST API and its schema."""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from chronoadmin.dashboard import dashboard_view, health_view
+from search.api import AuditSearchView
+from search.views import audit_admin_view
 
 urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="chrono-dashboard"),
+    path("admin/audit/", admin.site.admin_view(audit_admin_view), name="chrono-audit"),
     path("admin/", admin.site.urls),
     path("health/", health_view, name="chrono-health"),
+    path("api/v1/audit/", AuditSearchView.as_view(), name="audit-search"),
+    path("api/v1/", include("chronoadmin.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -17,21 +17,42 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from chronoadmin.config import get_config
 from scheduler.clock import ms_to_datetime, now_ms
+from search import audit
 
 log = logging.getLogger("chrono.worker")
 
 
-def beat_heart(worker_id: str, *, queue_name: str, healthy: bool = True) -> None:
-    """Upsert one heartbeat of ``worker_id``."""
+def beat_heart(
+    worker_id: str, *, queue_name: str, healthy: bool = True, event: str | None = None
+) -> None:
+    """Upsert one heartbeat of ``worker_id``; with ``event`` (``audit.WORKER_UP`` on the first
+    heartbeat, ``audit.WORKER_DOWN`` on the final one), its audit row in the same statement."""
     at = ms_to_datetime(now_ms())
+    upsert = (
+        "INSERT INTO chrono_worker (worker_id, queue_name, hostname, pid, started_at, "
+        "last_heartbeat_at, is_healthy) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (worker_id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
+        "is_healthy = EXCLUDED.is_healthy, queue_name = EXCLUDED.queue_name, "
+        "pid = EXCLUDED.pid"
+    )
+    if event is not None:
+        upsert = (
+            f"WITH w AS ({upsert} RETURNING worker_id, queue_name, hostname, pid, "
+            "last_heartbeat_at) "
+            + audit.insert_select(
+                "w",
+                action_name=event,
+                actor="'worker:' || w.worker_id",
+                occurred_at="w.last_heartbeat_at",
+                tenant_id="NULL",
+                job_id="NULL",
+                data="jsonb_build_object('worker_id', w.worker_id, 'queue', w.queue_name, "
+                "'hostname', w.hostname, 'pid', w.pid)",
+            )
+        )
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO chrono_worker (worker_id, queue_name, hostname, pid, started_at, "
-            "last_heartbeat_at, is_healthy) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (worker_id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
-            "is_healthy = EXCLUDED.is_healthy, queue_name = EXCLUDED.queue_name, "
-            "pid = EXCLUDED.pid",
-            [worker_id, queue_name, socket.gethostname(), os.getpid(), at, at, healthy],
+            upsert, [worker_id, queue_name, socket.gethostname(), os.getpid(), at, at, healthy]
         )
 
 
@@ -44,15 +65,19 @@ class HeartbeatThread(threading.Thread):
 
     def run(self) -> None:
         interval_s = get_config().worker_heartbeat_interval_ms / 1000
+        up_recorded = False
         while not self.stopping.is_set():
             try:
-                beat_heart(self.worker_id, queue_name=self.queue_name)
+                beat_heart(self.worker_id, queue_name=self.queue_name,
+                           event=None if up_recorded else audit.WORKER_UP)
+                up_recorded = True
             except DatabaseError as exc:
                 log.error("heartbeat of %s failed, retrying: %r", self.worker_id, exc)
                 close_old_connections()
             self.stopping.wait(interval_s)
         try:
-            beat_heart(self.worker_id, queue_name=self.queue_name, healthy=False)
+            beat_heart(self.worker_id, queue_name=self.queue_name, healthy=False,
+                       event=audit.WORKER_DOWN)
         except DatabaseError as exc:
             log.error("final heartbeat of %s failed: %r", self.worker_id, exc)
         finally:

@@ -1,1 +1,2 @@
-"""Audit events, the outbox, the search-engine client and indexer (not built yet: issue 6)."""
+"""Audit events: the outbox (models, audit), the search-engine client, the index template and
+retention policies, the indexer, the search API and admin page, and the Kibana saved objects."""

@@ -48,6 +48,8 @@ MIN_OPENSEARCH_MAJOR = 2
 # What a _bulk reply needs to carry back, per item; the rest (shards, seq_no…) is dropped
 # by the engine itself instead of being parsed here.
 BULK_FILTER_PATH = "took,errors,items.*._id,items.*.status,items.*.error"
+# Below both engines' default index.max_result_window (10,000).
+IDS_PER_SEARCH = 5_000
 
 
 class Engine(enum.Enum):
@@ -100,6 +102,8 @@ class BulkResult:
 
     items: tuple[BulkItemResult, ...]
     took_ms: int
+    # Size of the request body (what a throughput figure counts).
+    request_bytes: int = 0
 
     def ids(self, outcome: BulkOutcome) -> list[str]:
         return [item.doc_id for item in self.items if item.outcome is outcome]
@@ -160,6 +164,7 @@ class SearchClient:
             from chronoadmin.config import get_config
 
             config = get_config()
+        options.setdefault("api_key", config.search_api_key or None)
         return cls(config.search_url, **options)
 
     def close(self) -> None:
@@ -220,6 +225,62 @@ class SearchClient:
         with suppress(SearchNotFound):
             self._request("DELETE", f"/_data_stream/{_name(name)}")
 
+    def rollover(self, data_stream: str) -> str:
+        """Start a new write index for ``data_stream`` now; the new index's name."""
+        reply = self._request("POST", f"/{_name(data_stream)}/_rollover")
+        return str(reply.get("new_index", ""))
+
+    def data_stream_indices(self, name: str) -> list[str]:
+        """The backing indices of the data stream ``name``, oldest first."""
+        reply = self._request("GET", f"/_data_stream/{_name(name)}")
+        streams = reply.get("data_streams") or []
+        if not streams:
+            raise SearchResponseError(f"GET _data_stream/{name} answered no data stream")
+        return [str(index["index_name"]) for index in streams[0].get("indices", [])]
+
+    def mapping(self, target: str) -> dict[str, Any]:
+        """The field mappings of ``target``'s indices, ``{index: {"mappings": …}}``."""
+        return self._request("GET", f"/{_name(target)}/_mapping")
+
+    # -------------------------------------------------------------------- retention policies
+
+    def plugin_names(self) -> set[str]:
+        """Names of the plugins installed on any node (``GET _nodes/plugins``)."""
+        reply = self._request(
+            "GET", "/_nodes/plugins", params={"filter_path": "nodes.*.plugins.name"}
+        )
+        return {
+            str(plugin.get("name"))
+            for node in (reply.get("nodes") or {}).values()
+            for plugin in node.get("plugins") or []
+        }
+
+    def put_ilm_policy(self, name: str, body: Mapping[str, Any]) -> None:
+        """Create or replace the Elasticsearch ILM policy ``name``."""
+        self._request("PUT", f"/_ilm/policy/{_name(name)}", body=body)
+
+    def put_ism_policy(self, name: str, body: Mapping[str, Any]) -> None:
+        """Create or replace the OpenSearch ISM policy ``name`` (an update must name the
+        version it replaces, so the current one is read first)."""
+        path = f"/_plugins/_ism/policies/{_name(name)}"
+        try:
+            current = self._request("GET", path)
+        except SearchNotFound:
+            self._request("PUT", path, body=body)
+            return
+        params = {"if_seq_no": current["_seq_no"], "if_primary_term": current["_primary_term"]}
+        self._request("PUT", path, params=params, body=body)
+
+    def delete_policy(self, name: str) -> None:
+        """Delete the retention policy ``name`` of this engine; one that is not there, or an
+        engine without policies, counts as deleted (tests and clean-up)."""
+        if self.engine().engine is Engine.ELASTICSEARCH:
+            path = f"/_ilm/policy/{_name(name)}"
+        else:
+            path = f"/_plugins/_ism/policies/{_name(name)}"
+        with suppress(SearchRequestError):
+            self._request("DELETE", path)
+
     def refresh(self, target: str) -> None:
         """Make everything indexed into ``target`` so far visible to search and count."""
         self._request("POST", f"/{_name(target)}/_refresh")
@@ -250,11 +311,12 @@ class SearchClient:
         if not ids:
             return BulkResult(items=(), took_ms=0)
         params = {"filter_path": BULK_FILTER_PATH, "refresh": _refresh_param(refresh)}
+        body = b"\n".join(lines) + b"\n"
         reply = self._request(
             "POST",
             f"/{_name(target)}/_bulk",
             params=params,
-            raw_body=b"\n".join(lines) + b"\n",
+            raw_body=body,
             content_type="application/x-ndjson",
         )
         items = reply.get("items", [])
@@ -265,6 +327,7 @@ class SearchClient:
         return BulkResult(
             items=tuple(_bulk_item(doc_id, item) for doc_id, item in zip(ids, items, strict=True)),
             took_ms=int(reply.get("took", 0)),
+            request_bytes=len(body),
         )
 
     def search(
@@ -273,6 +336,22 @@ class SearchClient:
         """``POST target/_search`` with ``body``; the engine's reply as it is (``hits.hits``,
         ``hits.total``, ``aggregations``). ``params`` go in the query string."""
         return self._request("POST", f"/{_name(target)}/_search", params=params, body=body or {})
+
+    def existing_ids(self, target: str, doc_ids: Iterable[str]) -> set[str]:
+        """Which of ``doc_ids`` are documents of ``target``, searched across every backing
+        index of a data stream (what ``create`` alone cannot see after a rollover). Only
+        refreshed documents are seen: :meth:`refresh` first."""
+        doc_ids = [str(doc_id) for doc_id in doc_ids]
+        found: set[str] = set()
+        for start in range(0, len(doc_ids), IDS_PER_SEARCH):
+            chunk = doc_ids[start : start + IDS_PER_SEARCH]
+            reply = self.search(
+                target,
+                {"query": {"ids": {"values": chunk}}, "size": len(chunk), "_source": False},
+                filter_path="hits.hits._id",
+            )
+            found.update(str(hit["_id"]) for hit in (reply.get("hits") or {}).get("hits", []))
+        return found
 
     def count(self, target: str, query: Mapping[str, Any] | None = None) -> int:
         """How many documents of ``target`` match ``query`` (all of them without one)."""

@@ -1,0 +1,148 @@
+"""``GET /api/v1/audit/``: a tenant searches its own audit log.
+
+The tenant comes from the API key that authenticated the request and is a filter of every query
+(:mod:`search.queries`); no parameter can name another tenant, and another tenant's job or
+execution id simply matches nothing. Documents are returned as they are stored (ECS fields and
+``chrono.*``, see docs/audit.md), newest first unless ``order=asc``, a page at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from chronoadmin.api.permissions import IsTenantClient, tenant_of
+from chronoadmin.api.throttling import TenantRateThrottle
+from chronoadmin.config import get_config
+from search.audit import ACTIONS
+from search.client import SearchClient
+from search.errors import SearchNotFound, SearchRequestError, SearchUnavailable
+from search.index_template import AuditStream
+from search.queries import (
+    OUTCOMES,
+    AuditPage,
+    AuditQuery,
+    InvalidAuditQuery,
+    parse_audit_query,
+    read_page,
+)
+
+log = logging.getLogger("chrono.api")
+
+
+class SearchEngineUnavailable(APIException):
+    """Raised when the search engine does not answer or refuses the query (503)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "search_unavailable"
+    default_detail = (
+        "The audit log's search engine did not answer; retry shortly. Events are kept in "
+        "PostgreSQL meanwhile and indexed once it is back."
+    )
+
+
+def search_client() -> SearchClient:
+    """This process's client of the engine ``SEARCH_URL`` names (one connection pool)."""
+    config = get_config()
+    return _client(config.search_url, config.search_api_key)
+
+
+@cache
+def _client(url: str, api_key: str) -> SearchClient:
+    return SearchClient(url, api_key=api_key or None, read_timeout_s=30.0)
+
+
+def run_search(query: AuditQuery, *, counts: bool = False) -> AuditPage:
+    """Run ``query`` on the audit data stream; raises :class:`SearchEngineUnavailable`."""
+    stream = AuditStream.from_config()
+    try:
+        reply = search_client().search(stream.name, query.body(counts=counts))
+    except SearchNotFound:
+        reply = {}  # no event indexed yet: the indexer creates the stream at its start
+    except SearchUnavailable as exc:
+        log.warning("audit search failed, engine unavailable: %s", exc)
+        raise SearchEngineUnavailable() from None
+    except SearchRequestError as exc:
+        log.error("the engine refused an audit search: %s", exc)
+        raise SearchEngineUnavailable("The search engine refused the query.") from None
+    return read_page(query, reply)
+
+
+_PARAMETERS = [
+    OpenApiParameter("q", OpenApiTypes.STR, description=(
+        "Words to find in the message, error, action, actor, job type or name "
+        "(simple query syntax: \"quoted phrase\", -exclude, prefix*).")),
+    OpenApiParameter("job", OpenApiTypes.UUID, description="Only this job's events."),
+    OpenApiParameter("execution", OpenApiTypes.UUID, description="Only this execution's events."),
+    OpenApiParameter("action", OpenApiTypes.STR, enum=list(ACTIONS), many=True, explode=False,
+                     description="One or more actions, comma separated."),
+    OpenApiParameter("outcome", OpenApiTypes.STR, enum=list(OUTCOMES)),
+    OpenApiParameter("after", OpenApiTypes.DATETIME,
+                     description="Events at or after this time (ISO 8601)."),
+    OpenApiParameter("before", OpenApiTypes.DATETIME,
+                     description="Events before this time (ISO 8601)."),
+    OpenApiParameter("order", OpenApiTypes.STR, enum=["desc", "asc"],
+                     description="desc (newest first, the default) or asc (a history in order)."),
+    OpenApiParameter("page_size", OpenApiTypes.INT),
+    OpenApiParameter("cursor", OpenApiTypes.STR, description="From the previous page's next."),
+]
+_PAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer", "description": "Events matching (at least, see below)."},
+        "count_is_exact": {"type": "boolean"},
+        "next": {"type": "string", "format": "uri", "nullable": True},
+        "results": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": True,
+                      "description": "An audit document: id, @timestamp, event.*, chrono.*, "
+                                     "message, error.* (docs/audit.md)."},
+        },
+    },
+}
+
+
+class AuditSearchView(APIView):
+    """Search the tenant's audit log: who did what to which job, and what became of it."""
+
+    permission_classes = [IsTenantClient]
+    throttle_classes = [TenantRateThrottle]
+
+    @extend_schema(
+        operation_id="audit_search",
+        tags=["audit"],
+        parameters=_PARAMETERS,
+        responses={200: OpenApiResponse(_PAGE_SCHEMA), 503: OpenApiResponse(
+            description="The search engine did not answer.")},
+    )
+    def get(self, request: Request) -> Response:
+        config = get_config()
+        try:
+            query = parse_audit_query(
+                request.query_params,
+                tenant_id=str(tenant_of(request).tenant_id),
+                default_page_size=config.api_default_page_size,
+                max_page_size=config.api_max_page_size,
+            )
+        except InvalidAuditQuery as exc:
+            raise ValidationError(exc.errors) from None
+        page = run_search(query)
+        next_url = None
+        if page.next_cursor:
+            params = request.query_params.copy()
+            params["cursor"] = page.next_cursor
+            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        return Response({
+            "count": page.total,
+            "count_is_exact": page.total_is_exact,
+            "next": next_url,
+            "results": page.documents,
+        })
