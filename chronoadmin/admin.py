@@ -1,10 +1,12 @@
-"""Admin registration of tenants."""
+"""Admin registration of tenants and their API keys."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.utils import timezone
 
-from chronoadmin.models import Tenant
+from chronoadmin.models import ApiKey, Tenant, generate_api_key, hash_api_key
 
 admin.site.site_header = "Chrono"
 admin.site.site_title = "Chrono admin"
@@ -16,3 +18,45 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "is_active", "created_at")
     search_fields = ("slug", "name")
     readonly_fields = ("tenant_id", "created_at")
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Issue and revoke tenants' API keys. The key is shown once, on the page after "Save"."""
+
+    list_display = ("__str__", "tenant", "name", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("tenant",)
+    search_fields = ("prefix", "name", "tenant__slug")
+    list_select_related = ("tenant",)
+    actions = ["revoke"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("tenant", "name")
+        return ("tenant", "name", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("tenant", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.prefix, full_key = generate_api_key()
+            obj.key_hash = hash_api_key(full_key)
+            obj.issued_key = full_key  # read by response_add, never stored
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        return TemplateResponse(request, "admin/chronoadmin/apikey/issued.html", {
+            **self.admin_site.each_context(request),
+            "title": "API key issued",
+            "api_key": obj,
+            "full_key": obj.issued_key,
+            "opts": self.model._meta,
+        })
+
+    @admin.action(description="Revoke selected API keys")
+    def revoke(self, request, queryset):
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} API key(s).", messages.SUCCESS)

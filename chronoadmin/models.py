@@ -1,10 +1,16 @@
-"""Tenancy: every job, execution and audit event belongs to exactly one tenant."""
+"""Tenancy: every job, execution and audit event belongs to exactly one tenant; API keys and
+idempotency records are the tenant's side of the REST API."""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import uuid
+from datetime import timedelta
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.utils import timezone
 
 
 class Tenant(models.Model):
@@ -22,3 +28,112 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+API_KEY_PREFIX = "chrono"
+API_KEY_PREFIX_HEX_CHARS = 12
+API_KEY_SECRET_BYTES = 32
+
+
+def hash_api_key(full_key: str) -> str:
+    """SHA-256 of a whole API key, hex. The key carries 256 random bits, so a plain (fast) hash
+    is as safe as a slow one and keeps authentication cheap on every request."""
+    return hashlib.sha256(full_key.encode()).hexdigest()
+
+
+def generate_api_key() -> tuple[str, str]:
+    """A new ``(lookup prefix, full key)``; the full key is ``chrono_<prefix>_<secret>``."""
+    lookup_prefix = secrets.token_hex(API_KEY_PREFIX_HEX_CHARS // 2)
+    secret = secrets.token_urlsafe(API_KEY_SECRET_BYTES)
+    return lookup_prefix, f"{API_KEY_PREFIX}_{lookup_prefix}_{secret}"
+
+
+def split_api_key(full_key: str) -> tuple[str, str] | None:
+    """``(lookup prefix, secret)`` of a ``chrono_<prefix>_<secret>`` key; None if malformed."""
+    scheme, _, rest = full_key.partition("_")
+    lookup_prefix, _, secret = rest.partition("_")
+    if (
+        scheme != API_KEY_PREFIX
+        or len(lookup_prefix) != API_KEY_PREFIX_HEX_CHARS
+        or not secret
+        or any(c not in "0123456789abcdef" for c in lookup_prefix)
+    ):
+        return None
+    return lookup_prefix, secret
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+    def issue(self, *, tenant: Tenant, name: str = "") -> tuple[ApiKey, str]:
+        """Create a key for ``tenant``; returns it and the full key string, which is shown once
+        and never stored (only its hash is)."""
+        lookup_prefix, full_key = generate_api_key()
+        api_key = self.create(
+            tenant=tenant, name=name, prefix=lookup_prefix, key_hash=hash_api_key(full_key)
+        )
+        return api_key, full_key
+
+
+class ApiKey(models.Model):
+    """A tenant's credential for the REST API (``Authorization: Bearer chrono_<prefix>_…``).
+
+    Only the SHA-256 of the key is stored; the key itself is shown once, when it is issued. The
+    prefix (not secret) finds the row; revoking sets ``revoked_at`` and keeps the row for audit.
+    """
+
+    key_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200, blank=True, default="")
+    prefix = models.CharField(max_length=API_KEY_PREFIX_HEX_CHARS, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        db_table = "chrono_api_key"
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{API_KEY_PREFIX}_{self.prefix}_… ({self.name or self.tenant_id})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class IdempotencyRecordQuerySet(models.QuerySet):
+    def expired(self, *, older_than: timedelta) -> IdempotencyRecordQuerySet:
+        return self.filter(created_at__lt=timezone.now() - older_than)
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to a POST made with an ``Idempotency-Key`` header, per tenant.
+
+    A retry with the same key and body gets this response again; a different body under the same
+    key is refused. ``response_status`` is null while the first request is still running.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    request_fingerprint = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = IdempotencyRecordQuerySet.as_manager()
+
+    class Meta:
+        db_table = "chrono_idempotency_record"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_tenant_key_uniq")
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.key}"

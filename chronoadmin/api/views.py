@@ -1,0 +1,353 @@
+"""The API's views. Tenant endpoints scope every queryset to the caller's tenant, so another
+tenant's id answers 404 exactly like an id that does not exist. Writes go through
+:mod:`scheduler.api` (the bulk path through :mod:`chronoadmin.api.bulk`)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone as dj_timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, Throttled, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from chronoadmin.api import bulk, quota
+from chronoadmin.api.errors import NON_FIELD, Conflict, RequestTooLarge
+from chronoadmin.api.filters import (
+    ExecutionFilter,
+    JobFilter,
+    StrictFilterBackend,
+    StrictOrderingFilter,
+)
+from chronoadmin.api.idempotency import HEADER as IDEMPOTENCY_HEADER
+from chronoadmin.api.idempotency import idempotent
+from chronoadmin.api.pagination import ChronoCursorPagination
+from chronoadmin.api.parsers import LimitedJSONParser, NDJSONParser
+from chronoadmin.api.permissions import IsPlatformAdmin, IsTenantClient, tenant_of
+from chronoadmin.api.serializers import (
+    JOB_CREATE_SCHEMA,
+    ApiKeyCreatedSerializer,
+    ApiKeySerializer,
+    BulkResultSerializer,
+    ExecutionSerializer,
+    JobCreateSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    JobUpdateSerializer,
+    TenantSerializer,
+    WorkerSerializer,
+    current_limits,
+)
+from chronoadmin.api.throttling import TenantRateThrottle
+from chronoadmin.api.validation import JobSpec
+from chronoadmin.config import get_config
+from chronoadmin.models import ApiKey, Tenant
+from reaper.models import Worker
+from scheduler import api as scheduler_api
+from scheduler.clock import ms_to_datetime
+from scheduler.models import Execution, Job, JobStatus
+
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_HEADER, {"type": "string", "minLength": 1, "maxLength": 200,
+                         "pattern": r"^[\x21-\x7e]+$"},
+    OpenApiParameter.HEADER, required=False,
+    description="Any unique string (e.g. a UUID): a retry with the same key and body gets the "
+    "first response again; with another body, 422. Kept 24 h per tenant.",
+)
+
+BULK_ITEMS_SCHEMA = {
+    "type": "array", "items": {"$ref": "#/components/schemas/JobCreateRequest"},
+    "description": "Jobs, each as for POST /api/v1/jobs/.",
+}
+
+
+class ChronoViewSet(viewsets.GenericViewSet):
+    """Throttling, strict filters and cursor pages shared by every endpoint."""
+
+    throttle_classes = [TenantRateThrottle]
+    # Any path segment reaches the view, which answers a JSON 404 for an id it does not know
+    # (the router's default stops at a dot and leaves Django's HTML 404).
+    lookup_value_regex = "[^/]+"
+    filter_backends = [StrictFilterBackend, StrictOrderingFilter]
+    pagination_class = ChronoCursorPagination
+    ordering_fields: tuple[str, ...] = ("created_at",)
+    ordering: tuple[str, ...] = ("-created_at", "-pk")
+
+    def max_request_bytes(self) -> int:
+        return get_config().api_max_request_bytes
+
+    def get_object(self):
+        try:
+            return super().get_object()
+        except Http404:
+            # The same answer whether the id does not exist or belongs to another tenant.
+            name = self.get_queryset().model._meta.verbose_name
+            raise NotFound(f"No {name} with this id.") from None
+
+    def throttled(self, request: Request, wait: float | None) -> None:
+        rate = get_config().api_rate_per_minute
+        raise Throttled(wait, detail=f"Rate limit of {rate} requests a minute reached.")
+
+
+class TenantViewSet(ChronoViewSet):
+    """An endpoint acting for the tenant of the caller's API key."""
+
+    permission_classes = [IsTenantClient]
+
+    @property
+    def tenant(self) -> Tenant:
+        tenant = tenant_of(self.request)
+        assert tenant is not None  # IsTenantClient ran first
+        return tenant
+
+
+def _no_body(request: Request) -> None:
+    if request.data:
+        raise ValidationError({NON_FIELD: ["This action takes no body; send none or {}."]})
+
+
+def _create_job(tenant: Tenant, spec: JobSpec) -> Job:
+    common = dict(
+        tenant=tenant, args=spec.args, kwargs=spec.kwargs, queue=spec.queue, name=spec.name,
+        max_retries=spec.max_retries,
+    )
+    if spec.cron_expression:
+        return scheduler_api.schedule_cron(
+            spec.job_type, cron=spec.cron_expression, timezone=spec.timezone, **common
+        )
+    return scheduler_api.schedule_once(spec.job_type, at=ms_to_datetime(spec.fire_at_ms), **common)
+
+
+@extend_schema(tags=["jobs"])
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
+    """Jobs of the caller's tenant: one-time (``run_at`` / ``delay_ms``) and cron."""
+
+    queryset = Job.objects.none()  # the model, for the schema; get_queryset scopes it
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+    ordering_fields = ("created_at", "updated_at")
+    lookup_field = "job_id"
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return Job.objects.for_tenant(self.tenant)
+
+    def get_serializer_class(self):
+        return JobDetailSerializer if self.action != "list" else JobSerializer
+
+    def max_request_bytes(self) -> int:
+        if self.action == "bulk":
+            return get_config().bulk_max_request_bytes
+        return super().max_request_bytes()
+
+    @extend_schema(
+        request=JOB_CREATE_SCHEMA,
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={201: JobDetailSerializer},
+    )
+    @idempotent
+    def create(self, request: Request) -> Response:
+        serializer = JobCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        quota.check_quota(self.tenant.tenant_id, 1)
+        job = _create_job(self.tenant, serializer.validated_data)
+        quota.count_created(self.tenant.tenant_id, 1)
+        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobUpdateSerializer, responses={200: JobDetailSerializer})
+    def partial_update(self, request: Request, job_id: str) -> Response:
+        job = self.get_object()
+        serializer = JobUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        changes = serializer.validated_data
+        if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
+            raise Conflict(f"The job is {job.status}; create a new job instead.")
+        if job.cron_expression and "run_at" in changes:
+            raise ValidationError({"run_at": [
+                "This is a cron job: change cron_expression or timezone; run_at is for "
+                "one-time jobs."
+            ]})
+        if not job.cron_expression and "run_at" not in changes:
+            field = "cron_expression" if "cron_expression" in changes else "timezone"
+            raise ValidationError({field: [
+                "This is a one-time job: change run_at; cron_expression and timezone are for "
+                "cron jobs (create a cron job instead)."
+            ]})
+        run_at_ms = changes.get("run_at")
+        job = scheduler_api.reschedule(
+            job.job_id,
+            tenant=self.tenant,
+            cron=changes.get("cron_expression"),
+            timezone=changes.get("timezone"),
+            at=ms_to_datetime(run_at_ms) if run_at_ms is not None else None,
+        )
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, job_id: str) -> Response:
+        job = self.get_object()
+        scheduler_api.delete(job.job_id, tenant=self.tenant)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # Actions. Repeating one that already took effect answers 200 (idempotent); one the job's
+    # state does not allow answers 409 saying why.
+
+    def _act(self, request: Request, *, run, done_status: str | None, refusal: str) -> Response:
+        _no_body(request)
+        job = self.get_object()
+        changed = run(job.job_id, tenant=self.tenant)
+        job.refresh_from_db()
+        if not changed and job.status != done_status:
+            raise Conflict(refusal.format(status=job.status))
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=None, parameters=[IDEMPOTENCY_PARAMETER],
+                   responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def pause(self, request: Request, job_id: str) -> Response:
+        """Stop firing the job until it is resumed."""
+        return self._act(request, run=scheduler_api.pause, done_status=JobStatus.PAUSED,
+                         refusal="The job is {status}; only an ACTIVE job can be paused.")
+
+    @extend_schema(request=None, parameters=[IDEMPOTENCY_PARAMETER],
+                   responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def resume(self, request: Request, job_id: str) -> Response:
+        """Fire a paused job again: a cron job from its next occurrence after now."""
+        return self._act(request, run=scheduler_api.resume, done_status=JobStatus.ACTIVE,
+                         refusal="The job is {status}; only a PAUSED job can be resumed.")
+
+    @extend_schema(request=None, parameters=[IDEMPOTENCY_PARAMETER],
+                   responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def trigger(self, request: Request, job_id: str) -> Response:
+        """Fire an ACTIVE job now, once; a cron job then keeps its schedule."""
+        return self._act(request, run=scheduler_api.trigger, done_status=None,
+                         refusal="The job is {status}; only an ACTIVE job can be triggered "
+                                 "(resume a PAUSED job first).")
+
+    @extend_schema(request=None, parameters=[IDEMPOTENCY_PARAMETER],
+                   responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def cancel(self, request: Request, job_id: str) -> Response:
+        """Cancel the job: nothing more fires, executions not yet started never start."""
+        by = f"api-key:{request.auth.prefix}"
+        return self._act(
+            request, run=lambda job_id, tenant: scheduler_api.cancel(job_id, tenant=tenant, by=by),
+            done_status=JobStatus.CANCELLED,
+            refusal="The job is {status}; there is nothing left to cancel.",
+        )
+
+    @extend_schema(
+        request={
+            "application/json": BULK_ITEMS_SCHEMA,
+            "application/x-ndjson": BULK_ITEMS_SCHEMA | {
+                "description": "The same jobs, one JSON object a line (NDJSON)."},
+        },
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={
+            201: OpenApiResponse(BulkResultSerializer, description="Every item was created."),
+            200: OpenApiResponse(BulkResultSerializer,
+                                 description="Some items were created; errors lists the rest."),
+            400: OpenApiResponse(BulkResultSerializer, description="No item was created."),
+        },
+    )
+    @action(detail=False, methods=["post"], url_path="bulk",
+            parser_classes=[LimitedJSONParser, NDJSONParser])
+    @idempotent
+    def bulk(self, request: Request) -> Response:
+        """Create up to ``bulk_max_items`` jobs in one request; each item is a job as for create.
+        Valid items are created even when others fail."""
+        items = request.data
+        if not isinstance(items, list):
+            raise ValidationError({NON_FIELD: [
+                "Send a JSON array of jobs, or NDJSON (one job a line) with Content-Type "
+                "application/x-ndjson."
+            ]})
+        limit = get_config().bulk_max_items
+        if not items:
+            raise ValidationError({NON_FIELD: ["The request holds no job; send 1 or more."]})
+        if len(items) > limit:
+            raise RequestTooLarge(
+                f"The request holds {len(items)} jobs; at most {limit} are accepted per request. "
+                "Split it into several requests."
+            )
+        result = bulk.ingest(self.tenant.tenant_id, items, current_limits())
+        created = result.created
+        code = (status.HTTP_201_CREATED if created == len(items)
+                else status.HTTP_200_OK if created else status.HTTP_400_BAD_REQUEST)
+        return Response(result.as_dict(), status=code)
+
+
+@extend_schema(tags=["executions"])
+class ExecutionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
+    """Executions (occurrences) of the caller's tenant's jobs."""
+
+    queryset = Execution.objects.none()  # the model, for the schema; get_queryset scopes it
+    serializer_class = ExecutionSerializer
+    filterset_class = ExecutionFilter
+    ordering_fields = ("scheduled_for",)
+    ordering = ("-scheduled_for", "-pk")
+    lookup_field = "execution_id"
+
+    def get_queryset(self) -> QuerySet[Execution]:
+        return Execution.objects.for_tenant(self.tenant)
+
+
+class PlatformViewSet(ChronoViewSet):
+    """Endpoints spanning tenants: staff users (session) only."""
+
+    permission_classes = [IsPlatformAdmin]
+
+
+@extend_schema(tags=["platform"])
+class WorkerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
+    """Workers serve queues, not tenants, so only platform administrators see them."""
+
+    queryset = Worker.objects.all()
+    serializer_class = WorkerSerializer
+    ordering_fields = ("started_at", "last_heartbeat_at")
+    ordering = ("-started_at", "-pk")
+
+
+@extend_schema(tags=["platform"])
+class TenantAdminViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                         mixins.CreateModelMixin, mixins.UpdateModelMixin, PlatformViewSet):
+    """Tenants. Disable one with ``is_active: false`` (its keys stop working); no delete."""
+
+    queryset = Tenant.objects.all()
+    serializer_class = TenantSerializer
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+
+@extend_schema(tags=["platform"])
+class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
+    """Tenants' API keys. Creating one returns the key once; DELETE revokes it (kept for audit)."""
+
+    queryset = ApiKey.objects.select_related("tenant")
+    serializer_class = ApiKeySerializer
+
+    @extend_schema(request=ApiKeySerializer, responses={201: ApiKeyCreatedSerializer})
+    def create(self, request: Request) -> Response:
+        serializer = ApiKeySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        api_key, full_key = ApiKey.objects.issue(
+            tenant=serializer.validated_data["tenant"],
+            name=serializer.validated_data.get("name", ""),
+        )
+        data = ApiKeySerializer(api_key).data | {"key": full_key}
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, pk: str) -> Response:
+        api_key = self.get_object()
+        ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
+            revoked_at=dj_timezone.now()
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)

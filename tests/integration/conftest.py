@@ -1,0 +1,70 @@
+"""Fixtures of the REST API tests: API clients per tenant (real keys, real authentication),
+a staff session, and a way to change one config limit for one test."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from chronoadmin.config import get_config
+
+
+class TenantApi(APIClient):
+    """A client sending one tenant's API key, with short JSON helpers."""
+
+    def __init__(self, tenant, full_key: str) -> None:
+        super().__init__(HTTP_AUTHORIZATION=f"Bearer {full_key}")
+        self.tenant = tenant
+        self.full_key = full_key
+
+    def post_json(self, path: str, data=None, **headers):
+        return self.post(path, data, format="json", headers=headers or None)
+
+    def patch_json(self, path: str, data=None):
+        return self.patch(path, data, format="json")
+
+    def create_job(self, **fields):
+        payload = {"job_type": "tests.noop", "delay_ms": 60_000} | fields
+        response = self.post_json("/api/v1/jobs/", payload)
+        assert response.status_code == 201, response.json()
+        return response.json()
+
+
+@pytest.fixture
+def tenant_api(tenant, redis_client):
+    from chronoadmin.models import ApiKey
+
+    _, full_key = ApiKey.objects.issue(tenant=tenant, name="tests")
+    return TenantApi(tenant, full_key)
+
+
+@pytest.fixture
+def other_api(other_tenant, redis_client):
+    from chronoadmin.models import ApiKey
+
+    _, full_key = ApiKey.objects.issue(tenant=other_tenant, name="tests")
+    return TenantApi(other_tenant, full_key)
+
+
+@pytest.fixture
+def staff_api(db, redis_client):
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user("operator", password="x", is_staff=True)
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def chrono_config(monkeypatch):
+    """``chrono_config(api_rate_per_minute=3)``: a config with those fields for this test."""
+
+    def override(**values: object) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(f"CHRONO_{name.upper()}", str(value))
+        get_config.cache_clear()
+
+    yield override
+    monkeypatch.undo()
+    get_config.cache_clear()

@@ -1,0 +1,265 @@
+"""Bad input gets 400 (413 for sizes) with a message per field that says what to change."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler.models import Job
+
+pytestmark = pytest.mark.django_db
+
+JOBS = "/api/v1/jobs/"
+
+
+def create(api, **fields):
+    return api.post_json(JOBS, {"job_type": "tests.noop"} | fields)
+
+
+def test_an_invalid_cron_field_is_named_in_the_message(tenant_api):
+    response = create(tenant_api, cron_expression="61 * * * *")
+    assert response.status_code == 400
+    assert response.json() == {
+        "cron_expression": ["minute field '61' is out of range 0-59"]}
+
+
+def test_a_cron_expression_with_the_wrong_number_of_fields_says_how_many(tenant_api):
+    response = create(tenant_api, cron_expression="* * *")
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": [
+        "expected 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds "
+        "first, got 3"]}
+
+
+def test_an_unknown_time_zone_suggests_the_closest(tenant_api):
+    response = create(tenant_api, cron_expression="0 9 * * *", timezone="Europe/Pari")
+    assert response.status_code == 400
+    assert response.json() == {"timezone": [
+        "unknown time zone 'Europe/Pari'; use an IANA name such as 'Europe/Paris' "
+        "(did you mean 'Europe/Paris'?)"]}
+
+
+def test_a_cron_expression_that_never_fires_is_refused(tenant_api):
+    response = create(tenant_api, cron_expression="0 0 30 2 *")
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": [
+        "day-of-month 30 never occurs in February, so this schedule never fires; choose a day "
+        "from 1 to 29 or add a month that has it"]}
+
+
+def test_run_at_in_the_past_beyond_the_grace_is_refused(tenant_api):
+    response = create(tenant_api, run_at=(datetime.now(UTC) - timedelta(minutes=10)).isoformat())
+    assert response.status_code == 400
+    assert response.json() == {"run_at": [
+        "Is 10 min in the past (at most 5000 ms is allowed); give a future time, or "
+        "delay_ms=0 to run now."]}
+
+
+def test_run_at_just_past_within_the_grace_runs_at_once(tenant_api):
+    response = create(tenant_api, run_at=(datetime.now(UTC) - timedelta(seconds=1)).isoformat())
+    assert response.status_code == 201, response.json()
+
+
+def test_run_at_without_an_offset_is_refused(tenant_api):
+    response = create(tenant_api, run_at="2099-01-01T09:00:00")
+    assert response.status_code == 400
+    assert response.json() == {"run_at": [
+        "'2099-01-01T09:00:00' has no UTC offset; use an ISO 8601 time with a UTC offset such "
+        "as 2030-01-01T09:00:00Z."]}
+
+
+def test_run_at_that_is_not_a_time_is_refused(tenant_api):
+    response = create(tenant_api, run_at="next tuesday")
+    assert response.status_code == 400
+    assert response.json() == {"run_at": [
+        "'next tuesday' is not a time; use an ISO 8601 time with a UTC offset such as "
+        "2030-01-01T09:00:00Z."]}
+
+
+def test_a_negative_delay_is_refused(tenant_api):
+    response = create(tenant_api, delay_ms=-5)
+    assert response.status_code == 400
+    assert response.json() == {"delay_ms": [
+        "Is negative (-5); use 0 or more milliseconds from now."]}
+
+
+def test_a_fractional_delay_is_refused(tenant_api):
+    response = create(tenant_api, delay_ms=1.5)
+    assert response.status_code == 400
+    assert response.json() == {"delay_ms": [
+        "Must be a whole number of milliseconds (0 or more), got a number."]}
+
+
+def test_malformed_json_is_refused_with_where_it_broke(tenant_api):
+    response = tenant_api.post(JOBS, b'{"job_type": "x", ', content_type="application/json")
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert detail.startswith("Malformed JSON: ") and "line 1 column" in detail
+    assert detail.endswith("Send a valid JSON document.")
+
+
+def test_unknown_fields_are_refused_with_a_suggestion(tenant_api):
+    response = create(tenant_api, delay_ms=0, run_time="2099-01-01T00:00:00Z", priority=3)
+    assert response.status_code == 400
+    fields = ("job_type, name, queue, args, kwargs, max_retries, run_at, delay_ms, "
+              "cron_expression, timezone")
+    assert response.json() == {
+        "run_time": [f"Unknown field; did you mean 'run_at'? the fields are: {fields}."],
+        "priority": [f"Unknown field; the fields are: {fields}."],
+    }
+    assert not Job.objects.exists()
+
+
+def test_no_schedule_or_two_schedules_are_refused(tenant_api):
+    response = create(tenant_api)
+    assert response.status_code == 400
+    assert response.json() == {"non_field_errors": [
+        "Give exactly one of run_at (ISO 8601 time with offset), delay_ms (milliseconds from "
+        "now) or cron_expression; got none."]}
+    response = create(tenant_api, delay_ms=5, cron_expression="* * * * *")
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": [
+        "Give exactly one of run_at (ISO 8601 time with offset), delay_ms (milliseconds from "
+        "now) or cron_expression; got delay_ms and cron_expression."]}
+
+
+def test_a_time_zone_for_a_one_time_job_is_refused(tenant_api):
+    response = create(tenant_api, delay_ms=5, timezone="Europe/Paris")
+    assert response.status_code == 400
+    assert response.json() == {"timezone": [
+        "timezone applies to cron_expression only; write run_at with its UTC offset instead "
+        "(e.g. 2030-01-01T09:00:00+01:00)."]}
+
+
+def test_a_missing_job_type_and_wrong_types_are_all_reported_at_once(tenant_api):
+    response = tenant_api.post_json(JOBS, {
+        "delay_ms": 5, "args": {"a": 1}, "kwargs": [1], "max_retries": 1000, "queue": "a b"})
+    assert response.status_code == 400
+    assert response.json() == {
+        "job_type": ["This field is required: a Celery task name such as "
+                     "'billing.tasks.send_invoice'."],
+        "args": ["Must be a JSON array, got an object."],
+        "kwargs": ["Must be a JSON object, got an array."],
+        "max_retries": ["Is 1000; use a whole number from 0 to 100."],
+        "queue": ["'a b' is not valid here; use letters, digits and . _ : - such as "
+                  "'reports'."],
+    }
+
+
+def test_a_body_that_is_not_an_object_is_refused(tenant_api):
+    response = tenant_api.post_json(JOBS, [1, 2])
+    assert response.status_code == 400
+    assert response.json() == {"non_field_errors": ["A job is a JSON object, got an array."]}
+
+
+def test_a_nul_character_in_the_payload_is_refused(tenant_api):
+    response = create(tenant_api, delay_ms=0, kwargs={"text": "a\u0000b"})
+    assert response.status_code == 400
+    assert response.json() == {"kwargs": [
+        "Contains a NUL character (\\u0000), which cannot be stored; remove it or encode the "
+        "data (e.g. base64)."]}
+
+
+def test_a_payload_over_the_limit_is_413_with_the_sizes(tenant_api, chrono_config):
+    chrono_config(max_payload_bytes=2048)
+    response = create(tenant_api, delay_ms=0, args=["x" * 3000])
+    assert response.status_code == 413
+    assert response.json() == {"args": [
+        "args and kwargs are 3009 bytes as JSON; the limit is 2048 bytes. Pass a reference "
+        "(an id, a URL) instead of the data itself."]}
+
+
+def test_a_request_body_over_the_limit_is_413_before_parsing(tenant_api, chrono_config):
+    chrono_config(api_max_request_bytes=2048)
+    response = tenant_api.post(JOBS, b"[" + b" " * 4000 + b"]", content_type="application/json")
+    assert response.status_code == 413
+    assert response.json() == {"detail": (
+        "The request body is 4002 bytes; this endpoint accepts at most 2048 bytes. Send fewer "
+        "jobs per request, or pass references (ids, URLs) instead of large payloads.")}
+
+
+def test_a_body_that_is_not_json_is_415(tenant_api):
+    response = tenant_api.post(JOBS, "job_type=x", content_type="text/plain")
+    assert response.status_code == 415
+    assert response.json() == {"detail": 'Unsupported media type "text/plain" in request.'}
+
+
+def test_patch_refuses_run_at_for_a_cron_job_and_cron_for_a_one_time_job(tenant_api):
+    cron_job = create(tenant_api, cron_expression="@daily").json()["job_id"]
+    response = tenant_api.patch_json(f"{JOBS}{cron_job}/", {
+        "run_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()})
+    assert response.status_code == 400
+    assert response.json() == {"run_at": [
+        "This is a cron job: change cron_expression or timezone; run_at is for one-time jobs."]}
+    one_time = create(tenant_api, delay_ms=1000).json()["job_id"]
+    response = tenant_api.patch_json(f"{JOBS}{one_time}/", {"cron_expression": "@hourly"})
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": [
+        "This is a one-time job: change run_at; cron_expression and timezone are for cron jobs "
+        "(create a cron job instead)."]}
+
+
+def test_patch_with_an_invalid_cron_or_zone_names_the_field(tenant_api):
+    job_id = create(tenant_api, cron_expression="@daily").json()["job_id"]
+    response = tenant_api.patch_json(f"{JOBS}{job_id}/", {"cron_expression": "0 25 * * *"})
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": ["hour field '25' is out of range 0-23"]}
+    response = tenant_api.patch_json(f"{JOBS}{job_id}/", {"timezone": "Mars/Olympus"})
+    assert response.status_code == 400
+    assert response.json() == {"timezone": [
+        "unknown time zone 'Mars/Olympus'; use an IANA name such as 'Europe/Paris'"]}
+
+
+def test_patch_with_nothing_or_unknown_fields_is_refused(tenant_api):
+    job_id = create(tenant_api, delay_ms=1000).json()["job_id"]
+    response = tenant_api.patch_json(f"{JOBS}{job_id}/", {})
+    assert response.status_code == 400
+    assert response.json() == {"non_field_errors": [
+        "Nothing to change: give one of run_at, cron_expression, timezone."]}
+    response = tenant_api.patch_json(f"{JOBS}{job_id}/", {"queue": "other"})
+    assert response.status_code == 400
+    assert response.json() == {"queue": [
+        "Unknown field; the fields are: run_at, cron_expression, timezone."]}
+
+
+def test_list_refuses_unknown_parameters_bad_filters_orderings_and_page_sizes(tenant_api):
+    response = tenant_api.get(f"{JOBS}?stauts=ACTIVE")
+    assert response.status_code == 400
+    assert response.json() == {"stauts": [
+        "Unknown query parameter; allowed: created_after, created_before, cursor, job_type, "
+        "name, next_run_at_after, next_run_at_before, ordering, page_size, queue, status."]}
+    response = tenant_api.get(f"{JOBS}?status=RUNNING")
+    assert response.status_code == 400
+    assert response.json() == {"status": [
+        "Select a valid choice. RUNNING is not one of the available choices."]}
+    response = tenant_api.get(f"{JOBS}?ordering=next_run_at")
+    assert response.status_code == 400
+    assert response.json() == {"ordering": [
+        "'next_run_at' is not an ordering; use one of created_at, -created_at, updated_at, "
+        "-updated_at."]}
+    response = tenant_api.get(f"{JOBS}?page_size=501")
+    assert response.status_code == 400
+    assert response.json() == {"page_size": [
+        "'501' is not allowed; use a whole number from 1 to 500."]}
+    response = tenant_api.get(f"{JOBS}?created_after=yesterday")
+    assert response.status_code == 400
+    assert response.json() == {"created_after": ["Enter a valid date/time."]}
+
+
+def test_a_tampered_cursor_is_404_not_500(tenant_api):
+    import base64
+
+    cursor = base64.b64encode(b"p=not-a-time&o=0").decode()
+    response = tenant_api.get(f"{JOBS}?cursor={cursor}")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Invalid cursor"}
+
+
+def test_an_id_that_is_not_a_uuid_is_404(tenant_api):
+    for method in ("get", "delete"):
+        response = getattr(tenant_api, method)(f"{JOBS}not-a-uuid/")
+        assert response.status_code == 404, method
+        assert response.json() == {"detail": "No job with this id."}
+    response = tenant_api.post(f"{JOBS}not-a-uuid/pause/")
+    assert response.status_code == 404
