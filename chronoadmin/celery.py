@@ -12,28 +12,16 @@ import os
 
 from celery import Celery
 from celery.signals import task_prerun
-from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
 from django.db import close_old_connections  # noqa: E402
 
 from chronoadmin.config import get_config  # noqa: E402
-from scheduler.dispatch import DISPATCH_EXCHANGE, QUEUE_ARGUMENTS  # noqa: E402
+from scheduler.dispatch import DISPATCH_EXCHANGE  # noqa: E402
+from scheduler.queues import chrono_queue, dispatch_exchange  # noqa: E402, F401
 
 CONFIG = get_config()
-dispatch_exchange = Exchange(DISPATCH_EXCHANGE, type="direct", durable=True)
-
-
-def chrono_queue(name: str) -> Queue:
-    """A queue declared exactly as the beat declares it."""
-    return Queue(
-        name,
-        dispatch_exchange,
-        routing_key=name,
-        durable=True,
-        queue_arguments=dict(QUEUE_ARGUMENTS),
-    )
 
 
 app = Celery("chrono", task_cls="scheduler.worker:ChronoTask")

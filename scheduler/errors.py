@@ -54,3 +54,8 @@ class PayloadTooLarge(InvalidJob):
 
 class JobNotFound(SchedulerError, LookupError):
     """Raised when a job id does not exist for the calling tenant (another tenant's id included)."""
+
+
+class UntranslatableSchedule(InvalidSchedule):
+    """Raised when a Celery beat schedule has no exact cron equivalent (an interval that does not
+    divide a minute, an hour or a day; a solar or custom schedule; both day fields restricted)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from django.core.management.base import BaseCommand
 
 from chronoadmin.config import get_config
@@ -35,5 +37,12 @@ class Command(BaseCommand):
         if options["hostname"]:
             argv.append(f"--hostname={options['hostname']}")
         if options["include"]:
+            # Imported before the worker finalizes Chrono's app: tasks that other apps define
+            # there (@shared_task, and @app.task, which Celery shares by default) then get a
+            # copy registered on Chrono's app, built on ChronoTask, so their executions are
+            # recorded. Celery itself would import them only after finalizing.
+            for module in options["include"].split(","):
+                if module.strip():
+                    importlib.import_module(module.strip())
             argv.append(f"--include={options['include']}")
         app.worker_main(argv)

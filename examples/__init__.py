@@ -1,0 +1,1 @@
+"""Example applications that use Chrono the way an existing Django + Celery project would."""

@@ -1,0 +1,225 @@
+"""Cron jobs declared in code, by ``@chrono_job`` or by a Celery ``beat_schedule``, kept in step
+with the jobs table: one Chrono job per declaration, found again by its idempotency key.
+
+Syncing a declaration creates its job the first time (:func:`scheduler.api.schedule_cron`), leaves
+it alone when nothing changed, and otherwise updates it in place and re-times it
+(:func:`scheduler.api.reschedule`, which also writes the ``job.edited`` audit row and re-adds the
+timer). So running ``chrono sync-jobs`` or ``chrono import-beat`` after every deploy is safe: a
+second run creates nothing. A job an operator cancelled stays cancelled: its key is kept with it,
+and syncing reports it instead of creating it again behind the operator's back. A job an operator
+paused stays paused, with its declaration updated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from django.db import transaction
+
+from chronoadmin.config import get_config
+from chronoadmin.models import Tenant
+from scheduler import api
+from scheduler.clock import now_ms
+from scheduler.cron import parse_cron, validate_timezone
+from scheduler.errors import InvalidJob
+from scheduler.misfire import MisfireRule
+from scheduler.models import Job, JobStatus
+from scheduler.retry import RetryPolicy
+
+IDEMPOTENCY_KEY_MAX_CHARS = 200  # Job.idempotency_key's max_length
+# The fields a declaration owns; anything else on the job (status, history) is the operator's.
+DECLARED_FIELDS = (
+    "job_type",
+    "name",
+    "cron_expression",
+    "timezone",
+    "queue",
+    "args",
+    "kwargs",
+    "misfire_policy",
+    "misfire_fire_all_limit",
+    "jitter_ms",
+    "overlap_policy",
+    "retry_policy",
+    "max_retries",
+)
+
+
+class SyncOutcome(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CronJobSpec:
+    """A cron job as code declares it. Validated at construction (cron, time zone, jitter,
+    JSON-serialisable arguments), so a bad declaration fails where it is written."""
+
+    idempotency_key: str
+    task_name: str
+    cron: str
+    timezone: str = "UTC"
+    queue: str | None = None
+    args: tuple[object, ...] = ()
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+    misfire: MisfireRule = field(default_factory=MisfireRule)
+    jitter_ms: int = 0
+    retry: RetryPolicy | None = None
+    overlap: str = "skip"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        validate_timezone(self.timezone)
+        check_jitter(self.cron, self.timezone, self.jitter_ms)
+        as_json(self.args, self.kwargs)
+
+    def job_fields(self) -> dict[str, object]:
+        """The job's fields as :func:`scheduler.api.schedule_cron` stores them."""
+        args, kwargs = as_json(self.args, self.kwargs)
+        return {
+            "job_type": self.task_name,
+            "name": self.name,
+            "cron_expression": parse_cron(self.cron, self.timezone).expression,
+            "timezone": self.timezone,
+            "queue": self.queue or get_config().default_queue,
+            "args": args,
+            "kwargs": kwargs,
+            "misfire_policy": self.misfire.policy.value,
+            "misfire_fire_all_limit": self.misfire.fire_all_limit,
+            "jitter_ms": self.jitter_ms,
+            "overlap_policy": self.overlap,
+            "retry_policy": {} if self.retry is None else self.retry.to_json(),
+            "max_retries": 0 if self.retry is None else self.retry.max_attempts - 1,
+        }
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What syncing one declaration did, to which job, and which fields it changed."""
+
+    outcome: SyncOutcome
+    job: Job
+    changed: tuple[str, ...] = ()
+
+
+def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncResult:
+    """Create the job of ``spec`` for ``tenant``, or bring the existing one in line with it.
+    Raises :class:`InvalidJob` (or :class:`~scheduler.errors.InvalidSchedule`) saying what to
+    change, among them when the job was cancelled."""
+    desired = spec.job_fields()
+    with transaction.atomic():
+        job = (
+            Job.objects.for_tenant(tenant)
+            .select_for_update()
+            .filter(idempotency_key=spec.idempotency_key)
+            .first()
+        )
+        if job is None:
+            job = api.schedule_cron(
+                spec.task_name,
+                tenant=tenant,
+                cron=spec.cron,
+                timezone=spec.timezone,
+                args=desired["args"],
+                kwargs=desired["kwargs"],
+                queue=desired["queue"],
+                name=spec.name,
+                idempotency_key=spec.idempotency_key,
+                misfire=spec.misfire,
+                jitter_ms=spec.jitter_ms,
+                retry=spec.retry,
+                overlap=spec.overlap,
+                by=by,
+            )
+            return SyncResult(SyncOutcome.CREATED, job)
+        if job.status == JobStatus.CANCELLED:
+            raise InvalidJob(
+                f"its job {job.job_id} was cancelled"
+                + (f" by {job.cancelled_by}" if job.cancelled_by else "")
+                + "; a cancelled job keeps its key, so delete that job (admin, REST API or "
+                "scheduler.api.delete) to have it created again",
+                field="status",
+            )
+        changed = tuple(name for name in DECLARED_FIELDS if getattr(job, name) != desired[name])
+        if not changed:
+            return SyncResult(SyncOutcome.UNCHANGED, job)
+        # reschedule() owns the cron, the time zone and the timer; the other declared fields
+        # are read by the beat at each occurrence, so writing them suffices.
+        others = {name: desired[name] for name in changed
+                  if name not in ("cron_expression", "timezone")}
+        if others:
+            Job.objects.filter(pk=job.pk).update(**others)
+        job = api.reschedule(
+            job.job_id, tenant=tenant, cron=spec.cron, timezone=spec.timezone, by=by
+        )
+        return SyncResult(SyncOutcome.UPDATED, job, changed)
+
+
+def resolve_tenant(ref: Tenant | uuid.UUID | str) -> Tenant:
+    """The active tenant a slug or id names. Raises :class:`InvalidJob` (field ``tenant``)."""
+    if isinstance(ref, Tenant):
+        tenant = ref
+    else:
+        text = str(ref).strip()
+        try:
+            tenant = Tenant.objects.filter(tenant_id=uuid.UUID(text)).first()
+        except ValueError:
+            tenant = Tenant.objects.filter(slug=text).first()
+        if tenant is None:
+            raise InvalidJob(f"no tenant has the slug or id {text!r}", field="tenant")
+    if not tenant.is_active:
+        raise InvalidJob(f"tenant {tenant.slug!r} is disabled", field="tenant")
+    return tenant
+
+
+def default_tenant(slug_or_id: str | None) -> Tenant | None:
+    """The tenant of ``--tenant``; without it, the only active tenant if there is exactly one,
+    else None (each declaration must then name its own)."""
+    if slug_or_id:
+        return resolve_tenant(slug_or_id)
+    tenants = list(Tenant.objects.filter(is_active=True)[:2])
+    return tenants[0] if len(tenants) == 1 else None
+
+
+def idempotency_key(prefix: str, name: str) -> str:
+    """``<prefix>:<name>``, shortened with a digest of the whole when over the column's size."""
+    key = f"{prefix}:{name}"
+    if len(key) <= IDEMPOTENCY_KEY_MAX_CHARS:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return f"{key[: IDEMPOTENCY_KEY_MAX_CHARS - len(digest) - 1]}#{digest}"
+
+
+def check_jitter(cron: str, timezone: str, jitter_ms: int) -> None:
+    """Refuse a jitter that is negative or not below the schedule's coming period (the rule
+    :func:`scheduler.api.schedule_cron` applies when it creates a job)."""
+    schedule = parse_cron(cron, timezone)
+    if jitter_ms < 0:
+        raise InvalidJob(f"jitter_ms is negative ({jitter_ms}); use 0 or more", field="jitter_ms")
+    if jitter_ms:
+        first_ms = schedule.next_fire_ms(now_ms())
+        period_ms = schedule.next_fire_ms(first_ms) - first_ms
+        if jitter_ms >= period_ms:
+            raise InvalidJob(
+                f"jitter_ms {jitter_ms} is not below the schedule's period ({period_ms} ms); "
+                "a smaller spread keeps occurrences in order",
+                field="jitter_ms",
+            )
+
+
+def as_json(args: object, kwargs: object) -> tuple[list, dict]:
+    """``args`` and ``kwargs`` as they read back from the jobs table (JSON): tuples become
+    lists. Raises :class:`InvalidJob` when they are not JSON-serialisable."""
+    try:
+        args_json, kwargs_json = json.loads(json.dumps([list(args), dict(kwargs)]))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(
+            f"args and kwargs must be JSON-serialisable: {exc}", field="args"
+        ) from None
+    return args_json, kwargs_json
