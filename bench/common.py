@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,13 +83,6 @@ def machine() -> str:
     return f"{os.cpu_count()} cores"
 
 
-def wait_until(condition, *, timeout_s: float, interval_s: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval_s)
-    return condition()
 
 
 def queue_depth(queue: str) -> int:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import queue_depth, wait_until
+from bench.common import queue_depth
 from bench.platform import bench_platform, lateness_report
+from chronoadmin.processes import wait_until
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -36,10 +36,10 @@ BENCH_TENANT = "bench"
 BENCH_REDIS_DB = 9
 
 
-def use_bench_redis_db() -> None:
-    """Point this process (and the children it starts) at the benchmarks' Redis database."""
+def use_bench_redis_db(db: int = BENCH_REDIS_DB) -> None:
+    """Point this process (and the children it starts) at a benchmark's Redis database."""
     parts = urlsplit(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
-    os.environ["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{BENCH_REDIS_DB}"))
+    os.environ["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{db}"))
     get_config.cache_clear()
     api.timer_store.cache_clear()
 

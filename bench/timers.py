@@ -14,8 +14,8 @@ import os
 import random
 import time
 
-from bench.common import wait_until
 from bench.platform import bench_platform, lateness_report
+from chronoadmin.processes import wait_until
 from scheduler.api import timer_store
 from scheduler.clock import now_ms
 

@@ -9,6 +9,8 @@ from chronoadmin.celery import app
 
 log = logging.getLogger("chrono.tasks")
 
+BENCH_RUNS_KEY = "chrono:bench:runs"
+
 
 @app.task(name="chrono.noop")
 def noop(*args: object, **kwargs: object) -> None:
@@ -41,3 +43,16 @@ def demo_report(self, report: str = "daily") -> str:
     line = f"{report} report built by {self.request.hostname}"
     log.info(line)
     return line
+
+
+@app.task(name="chrono.bench.counted_sleep", bind=True)
+def counted_sleep(self, seconds: float = 1.0) -> float:
+    """Sleeps, then counts its run per execution in the Redis hash ``chrono:bench:runs``: the
+    recovery benchmark reads it to tell runs that were lost from runs that happened twice."""
+    time.sleep(seconds)
+    from scheduler.api import timer_store
+
+    execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
+    timer_store().client.hincrby(BENCH_RUNS_KEY, execution_id, 1)
+    return seconds
+

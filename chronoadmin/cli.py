@@ -12,14 +12,21 @@ import sys
 
 USAGE = """usage: chrono COMMAND [ARGS]
 
-  services up|down|status   install and start PostgreSQL, Redis and RabbitMQ (own data dirs)
+  services up|down|status   install and start PostgreSQL, Redis, RabbitMQ and OpenSearch
   migrate                   create or update the database schema
   beat [--replica-id ID]    run a beat replica (fires timers)
   worker [--queues Q,…]     run a Celery worker with Chrono's integration
+  reaper                    re-queue the jobs of dead workers (several may run)
+  indexer                   ship audit events to the search engine
+  rebuild-timers            rewrite every pending timer in Redis from PostgreSQL
   web [ADDR:PORT]           serve the admin and API
-  dev                       beat + worker + web in one command, for a laptop
+  dev                       beat, worker, reaper, indexer and web in one command
   demo                      a demo tenant with jobs, then dev; prints where to look
   cron-preview EXPR --timezone TZ --count N [--after ISO]
+  sync-jobs MODULE[:APP] … [--tenant SLUG] [--dry-run]
+                            create or update the cron jobs of @chrono_job tasks
+  import-beat MODULE:APP [--tenant SLUG] [--dry-run]
+                            turn a Celery app's beat_schedule into Chrono cron jobs
   bench NAME                run a benchmark, print one JSON line
   (any other Django management command)
 """

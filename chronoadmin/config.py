@@ -8,6 +8,7 @@ names: ``_ms`` is milliseconds, ``_s`` seconds, ``_bytes`` bytes.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -52,6 +53,14 @@ class ChronoConfig:
     default_queue: str = "chrono"
     worker_heartbeat_interval_ms: int = 5_000
     execution_lease_ttl_ms: int = 60_000
+    # Reaper: how often it looks, after how many missed heartbeats a worker is dead, and how
+    # long past its retry time a waiting attempt is re-sent by the reaper (its sender died).
+    reaper_interval_ms: int = 1_000
+    worker_dead_after_missed_heartbeats: int = 3
+    retry_overdue_grace_ms: int = 30_000
+    # A running execution asked to cancel gets SoftTimeLimitExceeded at once, and its process
+    # is killed if it still runs this long after.
+    cancel_grace_ms: int = 10_000
 
     # Tests: the database Django's test runner creates, and the Redis database the tests use,
     # so that several test runs on one machine do not trample each other.
@@ -74,6 +83,24 @@ class ChronoConfig:
     run_at_grace_ms: int = 5_000
     idempotency_ttl_s: int = 24 * 3600
     idempotency_lock_timeout_s: int = 60
+
+    # Audit log (search/). Events go to the data stream logs-chrono.audit-<audit_namespace>;
+    # tests use a namespace of their own so that runs side by side on one engine do not meet.
+    # search_api_key is an Elasticsearch API key (base64 id:key); a user and password can go
+    # in SEARCH_URL instead.
+    search_api_key: str = ""
+    audit_namespace: str = "default"
+    audit_retention_days: int = 30
+    audit_index_shards: int = 1
+    audit_index_replicas: int = 1
+    # Shipped outbox rows are deleted from PostgreSQL this long after they were shipped.
+    audit_outbox_keep_hours: int = 24
+    indexer_batch_size: int = 2_000
+    indexer_poll_interval_ms: int = 250
+    indexer_max_backoff_ms: int = 30_000
+    # Rows sent without a known answer are looked up in the engine no sooner than this after
+    # they were sent, so that a bulk request the engine was still executing has finished.
+    indexer_in_doubt_grace_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for name, low in (
@@ -98,6 +125,14 @@ class ChronoConfig:
             ("run_at_grace_ms", 0),
             ("idempotency_ttl_s", 60),
             ("idempotency_lock_timeout_s", 1),
+            ("audit_retention_days", 1),
+            ("audit_index_shards", 1),
+            ("audit_index_replicas", 0),
+            ("audit_outbox_keep_hours", 0),
+            ("indexer_batch_size", 1),
+            ("indexer_poll_interval_ms", 10),
+            ("indexer_max_backoff_ms", 100),
+            ("indexer_in_doubt_grace_ms", 0),
         ):
             if getattr(self, name) < low:
                 raise ConfigError(f"CHRONO_{name.upper()} must be at least {low}")
@@ -109,6 +144,11 @@ class ChronoConfig:
         if self.api_default_page_size > self.api_max_page_size:
             raise ConfigError(
                 "CHRONO_API_DEFAULT_PAGE_SIZE must not exceed CHRONO_API_MAX_PAGE_SIZE"
+            )
+        if not re.fullmatch(r"[a-z0-9_]{1,64}", self.audit_namespace):
+            raise ConfigError(
+                f"CHRONO_AUDIT_NAMESPACE={self.audit_namespace!r} must be 1 to 64 lowercase "
+                "letters, digits or underscores (it ends the data stream's name)"
             )
         if self.lookahead_ms >= self.ack_deadline_ms:
             raise ConfigError("CHRONO_LOOKAHEAD_MS must be smaller than CHRONO_ACK_DEADLINE_MS")

@@ -118,3 +118,16 @@ class ProcessGroup:
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
+
+
+def wait_until(
+    condition: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.25
+) -> bool:
+    """Poll ``condition`` until it holds or ``timeout_s`` passes; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval_s)
+    return condition()
+

@@ -17,12 +17,16 @@ from django.utils import timezone as dj_timezone
 
 from chronoadmin.config import get_config
 from chronoadmin.models import Tenant
+from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron, validate_timezone
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
+from scheduler.executions import cancel_pending_executions
 from scheduler.misfire import MisfireRule, jittered_ms
-from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy
+from scheduler.retry import RetryPolicy
 from scheduler.timers import TimerStore
+from search import audit
 
 TenantRef = Tenant | uuid.UUID | str
 
@@ -74,7 +78,7 @@ def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> i
     return now_ms() + round(seconds * 1000)
 
 
-def _create(tenant: TenantRef, idempotency_key: str | None, **fields: object) -> Job:
+def _create(tenant: TenantRef, idempotency_key: str | None, by: str = "", **fields: object) -> Job:
     tenant_id = _tenant_id(tenant)
     if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
         raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
@@ -91,6 +95,8 @@ def _create(tenant: TenantRef, idempotency_key: str | None, **fields: object) ->
             if idempotency_key is None:
                 raise
             return Job.objects.get(tenant_id=tenant_id, idempotency_key=idempotency_key)
+        audit.record(audit.JOB_CREATED, tenant_id=tenant_id, job_id=job.job_id, actor=by,
+                     data=audit.job_data(job))
         _add_timer_on_commit(job)
     return job
 
@@ -117,19 +123,28 @@ def schedule_once(
     name: str = "",
     idempotency_key: str | None = None,
     max_retries: int = 0,
+    retry: RetryPolicy | None = None,
+    soft_timeout_ms: int | None = None,
+    hard_timeout_ms: int | None = None,
+    by: str = "",
 ) -> Job:
-    """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` a time."""
+    """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` a time.
+
+    ``retry`` is the backoff between attempts (its ``max_attempts``, when given, wins over
+    ``max_retries``); the timeouts are enforced by the worker (soft: ``SoftTimeLimitExceeded``
+    in the task; hard: the process is killed and the attempt is lost, then retried)."""
     fire_ms = _one_time_fire_ms(delay, at)
     return _create(
         tenant,
         idempotency_key,
+        by,
         job_type=task_name,
         name=name,
         args=args,
         kwargs=kwargs,
         queue=queue or get_config().default_queue,
         next_run_at=ms_to_datetime(fire_ms),
-        max_retries=max_retries,
+        **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms),
     )
 
 
@@ -147,6 +162,11 @@ def schedule_cron(
     max_retries: int = 0,
     misfire: MisfireRule | None = None,
     jitter_ms: int = 0,
+    overlap: OverlapPolicy | str = OverlapPolicy.SKIP,
+    retry: RetryPolicy | None = None,
+    soft_timeout_ms: int | None = None,
+    hard_timeout_ms: int | None = None,
+    by: str = "",
 ) -> Job:
     """Run ``task_name`` on the cron schedule ``cron`` evaluated in ``timezone``.
 
@@ -163,6 +183,7 @@ def schedule_cron(
     return _create(
         tenant,
         idempotency_key,
+        by,
         job_type=task_name,
         name=name,
         args=args,
@@ -174,9 +195,40 @@ def schedule_cron(
         misfire_policy=misfire.policy.value,
         misfire_fire_all_limit=misfire.fire_all_limit,
         jitter_ms=jitter_ms,
+        overlap_policy=_overlap(overlap),
         next_run_at=ms_to_datetime(jittered_ms(str(job_id), first_ms, jitter_ms)),
-        max_retries=max_retries,
+        **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms),
     )
+
+
+def _execution_options(
+    max_retries: int,
+    retry: RetryPolicy | None,
+    soft_timeout_ms: int | None,
+    hard_timeout_ms: int | None,
+) -> dict[str, object]:
+    if max_retries < 0:
+        raise InvalidJob(f"max_retries is negative ({max_retries}); use 0 or more",
+                         field="max_retries")
+    for name, value in (("soft_timeout_ms", soft_timeout_ms), ("hard_timeout_ms", hard_timeout_ms)):
+        if value is not None and value < 1:
+            raise InvalidJob(f"{name} must be a positive number of ms, got {value}", field=name)
+    if soft_timeout_ms and hard_timeout_ms and soft_timeout_ms >= hard_timeout_ms:
+        raise InvalidJob("soft_timeout_ms must be below hard_timeout_ms, so the task is warned "
+                         "before it is killed", field="soft_timeout_ms")
+    policy = retry.to_json() if retry is not None else {}
+    if retry is not None:
+        max_retries = retry.max_attempts - 1
+    return {"max_retries": max_retries, "retry_policy": policy,
+            "soft_timeout_ms": soft_timeout_ms, "hard_timeout_ms": hard_timeout_ms}
+
+
+def _overlap(value: OverlapPolicy | str) -> str:
+    try:
+        return OverlapPolicy(value).value
+    except ValueError:
+        choices = ", ".join(p.value for p in OverlapPolicy)
+        raise InvalidJob(f"overlap {value!r} is not one of {choices}", field="overlap") from None
 
 
 def _check_jitter(jitter_ms: int, first_ms: int, second_ms: int) -> None:
@@ -191,8 +243,9 @@ def _check_jitter(jitter_ms: int, first_ms: int, second_ms: int) -> None:
 
 
 def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
-    """Cancel a job: no further occurrence fires, and executions not yet started never start.
-    Returns False when it was already finished or cancelled. Raises :class:`JobNotFound`."""
+    """Cancel a job: no further occurrence fires, executions not yet started never start, and
+    running ones are stopped on their workers. Returns False when there was nothing left to
+    cancel. Raises :class:`JobNotFound`."""
     tenant_id = _tenant_id(tenant)
     with transaction.atomic():
         jobs = Job.objects.for_tenant(tenant_id).filter(job_id=job_id)
@@ -206,12 +259,38 @@ def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
             updated_at=dj_timezone.now(),
         )
         if changed:
-            Execution.objects.filter(
-                job_id=job_id,
-                status__in=[ExecutionStatus.SCHEDULED, ExecutionStatus.DISPATCHED],
-            ).update(status=ExecutionStatus.CANCELLED, finished_at=dj_timezone.now())
+            audit.record(audit.JOB_CANCELLED, tenant_id=tenant_id, job_id=job_id, actor=by)
             transaction.on_commit(lambda: timer_store().remove([str(job_id)]))
-    return bool(changed)
+        # A one-time job is COMPLETED once dispatched: its queued or running execution is
+        # still cancelled here.
+        stopped = cancel_pending_executions(job_id, by=by)
+        stopped += len(request_cancel_running(job_id=job_id, by=by))
+    return bool(changed or stopped)
+
+
+def cancel_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> str:
+    """Cancel one execution: one not started never starts; a running one is stopped on its
+    worker within seconds (forced after ``cancel_grace_ms``). Returns ``"cancelled"``,
+    ``"stopping"`` or the status it had already finished in."""
+    tenant_id = _tenant_id(tenant)
+    with transaction.atomic():
+        execution = (Execution.objects.for_tenant(tenant_id).select_for_update()
+                     .filter(execution_id=execution_id).first())
+        if execution is None:
+            raise JobNotFound(f"no execution {execution_id} for this tenant")
+        if execution.status in (ExecutionStatus.SCHEDULED, ExecutionStatus.DISPATCHED,
+                                ExecutionStatus.RETRY_WAIT):
+            execution.status, execution.finished_at = ExecutionStatus.CANCELLED, dj_timezone.now()
+            execution.reason = f"cancelled by {by or 'unknown'}"
+            execution.save(update_fields=["status", "finished_at", "reason"])
+            audit.record(audit.EXECUTION_CANCELLED, tenant_id=tenant_id, job_id=execution.job_id,
+                         execution_id=execution.execution_id, actor=by,
+                         data={"attempt": execution.attempt, "reason": execution.reason})
+            return "cancelled"
+        if execution.status == ExecutionStatus.RUNNING:
+            request_cancel_running(execution_id=str(execution_id), by=by)
+            return "stopping"
+        return execution.status.lower()
 
 
 def schedule_once_many(
@@ -223,6 +302,7 @@ def schedule_once_many(
     kwargs: dict | None = None,
     queue: str | None = None,
     name: str = "",
+    by: str = "",
 ) -> list[Job]:
     """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
     tenant_id = _tenant_id(tenant)
@@ -247,6 +327,8 @@ def schedule_once_many(
     announce_before = now_ms() + get_config().lookahead_ms * 2
     with transaction.atomic():
         Job.objects.bulk_create(jobs, batch_size=2_000)
+        audit.record_jobs(audit.JOB_CREATED, tenant_id=tenant_id, job_ids=[j.job_id for j in jobs],
+                          actor=by, data={"job_type": task_name, "name": name})
         transaction.on_commit(
             lambda: timer_store().add(timers, announce_before_ms=announce_before)
         )
@@ -267,17 +349,18 @@ def _transition(
     return job if changed else None
 
 
-def pause(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
+def pause(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
     """Stop firing a job until :func:`resume`; False when it was not ACTIVE."""
     with transaction.atomic():
         job = _transition(job_id, tenant, from_statuses=[JobStatus.ACTIVE],
                           status=JobStatus.PAUSED, paused_at=dj_timezone.now())
         if job is not None:
+            audit.record(audit.JOB_PAUSED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by)
             transaction.on_commit(lambda: timer_store().remove([str(job_id)]))
     return job is not None
 
 
-def resume(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
+def resume(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
     """Fire a paused job again. Occurrences that fell due while it was paused are handed to the
     beat as late ones, so the job's misfire policy decides (default: the latest fires once, the
     others are recorded as skipped); a one-time job whose time passed fires at once.
@@ -298,17 +381,20 @@ def resume(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
             fire_ms = datetime_to_ms(job.next_run_at) if job.next_run_at else now
         job.status, job.next_run_at, job.paused_at = JobStatus.ACTIVE, ms_to_datetime(fire_ms), None
         job.save(update_fields=["status", "next_run_at", "paused_at", "updated_at"])
+        audit.record(audit.JOB_RESUMED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by,
+                     data={"next_run_at": job.next_run_at})
         _add_timer_on_commit(job)
     return True
 
 
-def trigger(job_id: uuid.UUID | str, *, tenant: TenantRef) -> bool:
+def trigger(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
     """Fire an ACTIVE job now, once; a cron job then resumes its schedule after now.
     False when the job is not ACTIVE (resume a paused job first)."""
     with transaction.atomic():
         job = _transition(job_id, tenant, from_statuses=[JobStatus.ACTIVE],
                           next_run_at=ms_to_datetime(now_ms()))
         if job is not None:
+            audit.record(audit.JOB_TRIGGERED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by)
             _add_timer_on_commit(job)
     return job is not None
 
@@ -320,6 +406,7 @@ def reschedule(
     cron: str | None = None,
     timezone: str | None = None,
     at: datetime | None = None,
+    by: str = "",
 ) -> Job:
     """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
     time. The running beat picks the change up through the timer (no restart)."""
@@ -344,15 +431,18 @@ def reschedule(
             fire_ms = _one_time_fire_ms(None, at)
         job.next_run_at = ms_to_datetime(fire_ms)
         job.save(update_fields=["cron_expression", "timezone", "next_run_at", "updated_at"])
+        audit.record(audit.JOB_EDITED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by,
+                     data=audit.job_data(job))
         if job.status == JobStatus.ACTIVE:
             _add_timer_on_commit(job)
     return job
 
 
-def delete(job_id: uuid.UUID | str, *, tenant: TenantRef) -> None:
+def delete(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> None:
     """Delete a job with its executions, and its timer."""
     with transaction.atomic():
         deleted, _ = Job.objects.for_tenant(_tenant_id(tenant)).filter(job_id=job_id).delete()
         if not deleted:
             raise JobNotFound(f"no job {job_id} for this tenant")
+        audit.record(audit.JOB_DELETED, tenant_id=_tenant_id(tenant), job_id=job_id, actor=by)
         transaction.on_commit(lambda: timer_store().remove([str(job_id)]))

@@ -32,9 +32,16 @@ from django.db import DatabaseError, close_old_connections
 
 from chronoadmin.config import ChronoConfig
 from scheduler import occurrences
+from scheduler.attempts import (
+    RETRY_TIMER_SEPARATOR,
+    load_waiting,
+    mark_dispatched,
+    policy_header,
+)
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
 from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
+from scheduler.models import OverlapPolicy
 from scheduler.ownership import ShardOwnership
 from scheduler.reconcile import Reconciler
 from scheduler.timers import (
@@ -48,6 +55,7 @@ from scheduler.wheel import TimingWheel
 
 OWNERSHIP_REFRESH_MS = 1_000
 STATS_LOG_INTERVAL_MS = 10_000
+OVERLAP_RECHECK_MS = 1_000
 MAX_BACKOFF_S = 5.0
 
 log = logging.getLogger("chrono.beat")
@@ -63,6 +71,7 @@ class BeatCounters:
     stale: int = 0
     fenced: int = 0
     misfired: int = 0
+    overlap_skipped: int = 0
     failed_iterations: int = 0
     last_tick_ms: int = 0
     dispatch_lateness_ms: list[int] = field(default_factory=list)
@@ -112,11 +121,11 @@ class Beat:
         )
         self.wheel = TimingWheel(start_ms=clock(), tick_ms=config.tick_ms)
         self.counters = BeatCounters()
-        self.recorder = Recorder(store, self.counters)
+        self._wakeup = threading.Event()
+        self.recorder = Recorder(store, self.counters, wake=self._wakeup.set)
         self.reconciler = Reconciler(store, interval_ms=config.reconcile_shard_interval_ms)
         self._scanned_until: dict[int, int] = {}
         self._announced: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
-        self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._next_refresh_ms = 0
         self._next_scan_ms = 0
@@ -228,7 +237,7 @@ class Beat:
         self._next_scan_ms = now + self.config.scan_interval_ms
 
     def _take_announcements(self) -> None:
-        for shard, timer_id, fire_at_ms in _drain(self._announced):
+        for shard, timer_id, fire_at_ms in _drain(self._announced) + _drain(self.recorder.rearmed):
             if shard in self.ownership.leases:
                 self.wheel.add(timer_id, fire_at_ms)
 
@@ -289,6 +298,10 @@ class Beat:
 
     def dispatch(self, claimed: Sequence[ClaimedTimer]) -> None:
         """Publish one claimed batch; its recording and acks go to the recorder thread."""
+        retries = [t for t in claimed if RETRY_TIMER_SEPARATOR in t.timer_id]
+        if retries:
+            self._dispatch_retries(retries)
+            claimed = [t for t in claimed if RETRY_TIMER_SEPARATOR not in t.timer_id]
         claimed = sorted(claimed, key=lambda t: t.fire_at_ms)
         with self.counters.timed("load_insert"):
             jobs = occurrences.load_and_insert([(t.timer_id, t.fire_at_ms) for t in claimed])
@@ -312,6 +325,7 @@ class Beat:
                     misfires += [(job, ms, reason) for ms, reason in plan.skipped]
                     self.counters.misfired += len(plan.skipped)
                 batch.fired.append((timer, job, plan.fire_ms, plan.next_ms))
+        misfires += self._apply_overlap_policies(batch, now)
         if misfires:
             with self.counters.timed("misfire"):
                 occurrences.record_misfires(misfires)
@@ -335,6 +349,71 @@ class Beat:
             del self.counters.dispatch_lateness_ms[:-10_000]
         self.recorder.submit(batch)
         self.counters.batches += 1
+
+    def _dispatch_retries(self, timers: Sequence[ClaimedTimer]) -> None:
+        """Timers ``<execution id>#<attempt>``: attempts whose backoff was too long for a
+        RabbitMQ retry tier. Publish the ones still waiting; acknowledge all."""
+        wanted = [(t.timer_id.split(RETRY_TIMER_SEPARATOR)[0],
+                   int(t.timer_id.split(RETRY_TIMER_SEPARATOR)[1])) for t in timers]
+        rows = load_waiting(wanted)
+        batch = ConfirmedBatch(leases=dict(self.ownership.leases),
+                               acks=[(t, None) for t in timers])
+        self._drop_unsure_leases(batch)
+        sure = {t.timer_id.split(RETRY_TIMER_SEPARATOR)[0] for t, _ in batch.acks}
+        rows = [row for row in rows if row.execution_id in sure]
+        if rows:
+            with self.counters.timed("publish"):
+                self.publisher.publish_batch([row.message(row.attempt) for row in rows])
+            mark_dispatched(rows, at_ms=self.clock())
+            self.counters.published += len(rows)
+        self.recorder.submit(batch)
+
+    def _apply_overlap_policies(
+        self, batch: ConfirmedBatch, now: int
+    ) -> list[tuple[occurrences.DueJob, int, str | None]]:
+        """Hold, skip or make room for occurrences of cron jobs whose previous occurrence is
+        still running or waiting, per each job's overlap policy. Returns the skipped ones."""
+        guarded = [f for f in batch.fired if f[1].cron_expression and f[2]
+                   and f[1].overlap_policy != OverlapPolicy.ALLOW]
+        if not guarded:
+            return []
+        active = occurrences.active_executions(
+            [job.job_id for _, job, _, _ in guarded],
+            exclude=[execution_id_for(job.job_id, ms) for _, job, fire, _ in guarded
+                     for ms in fire],
+        )
+        skipped: list[tuple[occurrences.DueJob, int, str | None]] = []
+        held: list[str] = []
+        to_cancel: list[str] = []
+        for index, (timer, job, fire, next_ms) in enumerate(batch.fired):
+            previous = active.get(job.job_id)
+            if not previous or job.overlap_policy == OverlapPolicy.ALLOW:
+                continue
+            running = any(status == "RUNNING" for _, status in previous)
+            waiting = any(status != "RUNNING" for _, status in previous)
+            policy = job.overlap_policy
+            if policy == OverlapPolicy.CANCEL_PREVIOUS:
+                to_cancel.append(job.job_id)
+                continue
+            if policy == OverlapPolicy.BUFFER_ONE and running and not waiting:
+                # Wait for the running one: look again in a second, or at the next occurrence
+                # if that comes first (it then is the one waiting).
+                held += [str(execution_id_for(job.job_id, ms)) for ms in fire]
+                recheck = now + OVERLAP_RECHECK_MS
+                batch.fired[index] = (timer, job, [], min(recheck, next_ms or recheck))
+                continue
+            reason = ("the previous occurrence is still running (overlap policy skip)"
+                      if policy == OverlapPolicy.SKIP
+                      else "an occurrence is already waiting (overlap policy buffer_one)")
+            skipped += [(job, ms, reason) for ms in fire]
+            batch.fired[index] = (timer, job, [], next_ms)
+        occurrences.forget_scheduled(held)
+        if to_cancel:
+            occurrences.cancel_previous(to_cancel, exclude=[
+                execution_id_for(job.job_id, ms) for _, job, fire, _ in batch.fired
+                for ms in fire])
+        self.counters.overlap_skipped += len(skipped)
+        return skipped
 
     def _drop_unsure_leases(self, batch: ConfirmedBatch) -> None:
         """Publish nothing of a shard whose lease may have expired while this batch was being
@@ -385,11 +464,17 @@ class Recorder(threading.Thread):
     again after their deadline and the worker-side start lets only one delivery run).
     """
 
-    def __init__(self, store: TimerStore, counters: BeatCounters) -> None:
+    def __init__(
+        self, store: TimerStore, counters: BeatCounters, *, wake: Callable[[], None]
+    ) -> None:
         super().__init__(name="chrono-recorder", daemon=True)
         self.store = store
         self.counters = counters
+        self.wake = wake
         self.fenced: queue.SimpleQueue[int] = queue.SimpleQueue()
+        # Next fire times the acks just wrote, for the beat's wheel: a cron job's next
+        # occurrence usually falls inside the window the beat already scanned.
+        self.rearmed: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
         self._batches: queue.Queue[ConfirmedBatch | None] = queue.Queue()
 
     def submit(self, batch: ConfirmedBatch) -> None:
@@ -432,8 +517,15 @@ class Recorder(threading.Thread):
                 for timer, job, _, nxt in batch.fired
             ]
         with self.counters.timed("ack"):
-            for shard in self.store.ack(batch.leases, acks):
-                self.fenced.put(shard)
+            fenced = self.store.ack(batch.leases, acks)
+        for shard in fenced:
+            self.fenced.put(shard)
+        rearmed = [(t.shard, t.timer_id, nxt) for t, nxt in acks
+                   if nxt is not None and t.shard not in fenced]
+        for item in rearmed:
+            self.rearmed.put(item)
+        if rearmed or fenced:
+            self.wake()
 
 
 def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage:
@@ -442,8 +534,10 @@ def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) ->
         task_id=str(execution_id),
         task_name=job.job_type,
         queue=job.queue,
-        args=job.args,
-        kwargs=job.kwargs,
+        args_json=job.args_json,
+        kwargs_json=job.kwargs_json,
+        soft_timeout_ms=job.soft_timeout_ms,
+        hard_timeout_ms=job.hard_timeout_ms,
         chrono_headers={
             "chrono_execution_id": str(execution_id),
             "chrono_job_id": job.job_id,
@@ -454,6 +548,8 @@ def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) ->
             # which replica dispatched a message, and that it held the shard at the time.
             "chrono_shard_lease": shard_lease,
             "chrono_published_ms": now_ms(),
+            "chrono_retry_policy": policy_header(job.retry),
+            "chrono_idempotency_key": job.idempotency_key,
         },
     )
 

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 import amqp
+from amqp.method_framing import frame_writer
 
 DISPATCH_EXCHANGE = "chrono.dispatch"
+RETRY_EXCHANGE_PREFIX = "chrono.retry."
+_EMBED = '{"callbacks":null,"errbacks":null,"chain":null,"chord":null}'
 QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
 CONFIRM_TIMEOUT_S = 30.0
 
@@ -43,14 +46,18 @@ class TaskMessage:
     args: Sequence[object] = ()
     kwargs: dict[str, object] = field(default_factory=dict)
     chrono_headers: dict[str, object] = field(default_factory=dict)
+    soft_timeout_ms: int | None = None
+    hard_timeout_ms: int | None = None
+    # The args and kwargs as JSON text, when the caller has them so (the beat reads them from
+    # PostgreSQL as text): they go into the body without a decode and re-encode.
+    args_json: str | None = None
+    kwargs_json: str | None = None
 
     def encode(self, *, origin: str) -> amqp.Message:
         """The protocol v2 message Celery's worker expects (``celery.app.amqp.as_task_v2``)."""
-        body = json.dumps(
-            [list(self.args), self.kwargs, {"callbacks": None, "errbacks": None,
-                                            "chain": None, "chord": None}],
-            separators=(",", ":"),
-        )
+        args_json = self.args_json or json.dumps(list(self.args), separators=(",", ":"))
+        kwargs_json = self.kwargs_json or json.dumps(self.kwargs, separators=(",", ":"))
+        body = f"[{args_json},{kwargs_json},{_EMBED}]"
         headers = {
             "lang": "py",
             "task": self.task_name,
@@ -61,11 +68,12 @@ class TaskMessage:
             "group": None,
             "group_index": None,
             "retries": 0,
-            "timelimit": [None, None],
+            # Celery enforces these per message: [hard, soft] seconds.
+            "timelimit": [_seconds(self.hard_timeout_ms), _seconds(self.soft_timeout_ms)],
             "root_id": self.task_id,
             "parent_id": None,
-            "argsrepr": repr(tuple(self.args)),
-            "kwargsrepr": repr(self.kwargs),
+            "argsrepr": self.args_json or repr(tuple(self.args)),
+            "kwargsrepr": self.kwargs_json or repr(self.kwargs),
             "origin": origin,
             "ignore_result": True,
             **self.chrono_headers,
@@ -82,6 +90,10 @@ class TaskMessage:
         )
 
 
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
 def amqp_connection_params(url: str) -> dict[str, object]:
     """py-amqp connection arguments for an ``amqp://user:pass@host:port/vhost`` URL."""
     parts = urlsplit(url)
@@ -94,12 +106,58 @@ def amqp_connection_params(url: str) -> dict[str, object]:
     }
 
 
+def retry_tier_name(tier_ms: int) -> str:
+    return f"{RETRY_EXCHANGE_PREFIX}{tier_ms}"
+
+
+def declare_retry_tier(channel: amqp.Channel, tier_ms: int) -> None:
+    """A retry tier: a fanout exchange and a quorum queue whose messages wait ``tier_ms`` and
+    are then dead-lettered, at least once, to the dispatch exchange with their original routing
+    key (the target queue)."""
+    name = retry_tier_name(tier_ms)
+    channel.exchange_declare(DISPATCH_EXCHANGE, "direct", durable=True, auto_delete=False)
+    channel.exchange_declare(name, "fanout", durable=True, auto_delete=False)
+    channel.queue_declare(
+        name,
+        durable=True,
+        auto_delete=False,
+        arguments={
+            **QUEUE_ARGUMENTS,
+            "x-message-ttl": tier_ms,
+            "x-dead-letter-exchange": DISPATCH_EXCHANGE,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+        },
+    )
+    channel.queue_bind(name, name, routing_key="")
+
+
 def declare_queue(channel: amqp.Channel, queue: str) -> None:
     """Declare the dispatch exchange, ``queue`` as a durable quorum queue, and their binding.
     Celery workers declare the same queue with the same arguments (``chronoadmin.celery``)."""
     channel.exchange_declare(DISPATCH_EXCHANGE, "direct", durable=True, auto_delete=False)
     channel.queue_declare(queue, durable=True, auto_delete=False, arguments=QUEUE_ARGUMENTS)
     channel.queue_bind(queue, DISPATCH_EXCHANGE, routing_key=queue)
+
+
+class _BatchingTransport:
+    """Collects the frames of a batch so they reach the socket in one write, not three
+    syscalls per message (py-amqp writes every frame as it is packed)."""
+
+    def __init__(self, transport: object) -> None:
+        self.transport = transport
+        self.chunks: list[bytes] | None = None
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self.chunks is None:
+            self.transport.write(data)
+        else:
+            self.chunks.append(bytes(data))  # py-amqp reuses its buffer: copy now
+
+    def flush(self) -> None:
+        chunks, self.chunks = self.chunks, None
+        if chunks:
+            self.transport.write(b"".join(chunks))
 
 
 class Publisher:
@@ -121,6 +179,8 @@ class Publisher:
         connection = amqp.Connection(**amqp_connection_params(self.url), heartbeat=0,
                                      connect_timeout=10)
         connection.connect()
+        self._batching = _BatchingTransport(connection.transport)
+        connection.frame_writer = frame_writer(connection, self._batching)
         channel = connection.channel()
         channel.confirm_select()
         channel.events["basic_ack"].add(self._on_ack)
@@ -146,8 +206,11 @@ class Publisher:
             except Exception as exc:  # the connection is being dropped either way
                 log.debug("closing the RabbitMQ connection failed: %s", exc)
 
-    def publish_batch(self, messages: Sequence[TaskMessage]) -> None:
-        """Publish every message and return once RabbitMQ confirmed them all.
+    def publish_batch(
+        self, messages: Sequence[TaskMessage], *, retry_tier_ms: int = 0
+    ) -> None:
+        """Publish every message and return once RabbitMQ confirmed them all; with
+        ``retry_tier_ms``, through that retry tier (they reach their queue after its TTL).
 
         Raises :class:`DispatchError` if any is nacked or the confirms do not arrive; the
         connection is then dropped and the next call reconnects.
@@ -159,13 +222,23 @@ class Publisher:
             for queue in {m.queue for m in messages} - self._declared:
                 declare_queue(channel, queue)
                 self._declared.add(queue)
+            exchange = DISPATCH_EXCHANGE
+            if retry_tier_ms:
+                exchange = retry_tier_name(retry_tier_ms)
+                if exchange not in self._declared:
+                    declare_retry_tier(channel, retry_tier_ms)
+                    self._declared.add(exchange)
             self._nacked = False
-            for message in messages:
-                channel.basic_publish(
-                    message.encode(origin=self.origin),
-                    exchange=DISPATCH_EXCHANGE,
-                    routing_key=message.queue,
-                )
+            self._batching.chunks = []
+            try:
+                for message in messages:
+                    channel.basic_publish(
+                        message.encode(origin=self.origin),
+                        exchange=exchange,
+                        routing_key=message.queue,
+                    )
+            finally:
+                self._batching.flush()
             last_tag = self._next_tag + len(messages) - 1
             self._next_tag = last_tag + 1
             self._await_confirms(last_tag)

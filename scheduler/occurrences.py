@@ -3,7 +3,8 @@
 Two round trips per batch, whatever its size: one statement loads the jobs and inserts their
 executions (``SCHEDULED``, before publishing, so a worker always finds the row it must start); after
 RabbitMQ confirmed the batch, one statement marks them ``DISPATCHED`` and moves each job to its next
-occurrence (one-time jobs become ``COMPLETED``) with conditional updates.
+occurrence (one-time jobs become ``COMPLETED``) with conditional updates. The audit rows of these
+transitions (:mod:`search.audit`) are written by the same statements, from the rows they changed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from django.db import connection
 
@@ -19,7 +21,9 @@ from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.cron import CronSchedule, parse_cron
 from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import JobStatus
+from scheduler.retry import RetryPolicy, effective_policy
 from scheduler.timers import execution_id_for
+from search import audit
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +33,8 @@ class DueJob:
     job_id: str
     tenant_id: str
     job_type: str
-    args: list
-    kwargs: dict
+    args_json: str  # as stored: passed into the message body without decoding
+    kwargs_json: str
     queue: str
     cron_expression: str | None
     timezone: str
@@ -38,6 +42,11 @@ class DueJob:
     next_run_ms: int | None
     misfire: MisfireRule
     jitter_ms: int
+    retry: RetryPolicy
+    soft_timeout_ms: int | None
+    hard_timeout_ms: int | None
+    overlap_policy: str
+    idempotency_key: str | None
 
     @property
     def is_active(self) -> bool:
@@ -53,19 +62,21 @@ class DueJob:
 _JOB_COLUMNS = (
     "j.job_id, j.tenant_id, j.job_type, j.args, j.kwargs, j.queue, j.cron_expression, "
     "j.timezone, j.status, j.next_run_at, j.misfire_policy, j.misfire_fire_all_limit, "
-    "j.jitter_ms"
+    "j.jitter_ms, j.retry_policy, j.max_retries, j.soft_timeout_ms, j.hard_timeout_ms, "
+    "j.overlap_policy, j.idempotency_key"
 )
 
 
 def _due_job(row: tuple) -> DueJob:
     job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run = row[:10]
-    policy, fire_all_limit, jitter_ms = row[10:]
+    (policy, fire_all_limit, jitter_ms, retry_policy, max_retries, soft, hard, overlap,
+     idempotency_key) = row[10:]
     return DueJob(
         job_id=str(job_id),
         tenant_id=str(tenant_id),
         job_type=job_type,
-        args=_json(args),
-        kwargs=_json(kwargs),
+        args_json=_json_text(args),
+        kwargs_json=_json_text(kwargs),
         queue=queue,
         cron_expression=cron,
         timezone=tz,
@@ -73,10 +84,25 @@ def _due_job(row: tuple) -> DueJob:
         next_run_ms=None if next_run is None else datetime_to_ms(next_run),
         misfire=MisfireRule(MisfirePolicy(policy), max(1, fire_all_limit)),
         jitter_ms=jitter_ms,
+        retry=_retry_policy(_json_text(retry_policy), max_retries),
+        soft_timeout_ms=soft,
+        hard_timeout_ms=hard,
+        overlap_policy=overlap,
+        idempotency_key=idempotency_key,
     )
 
 
-def _json(value: object) -> object:
+def _json_text(value: object) -> str:
+    # Django's psycopg setup hands jsonb over as text; keep it so.
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@lru_cache(maxsize=4_096)
+def _retry_policy(policy_json: str, max_retries: int) -> RetryPolicy:
+    return effective_policy(json.loads(policy_json), max_retries)
+
+
+def decode_json(value: object) -> object:
     # psycopg returns jsonb already decoded; a text column would need json.loads.
     return json.loads(value) if isinstance(value, str) else value
 
@@ -129,19 +155,23 @@ def record_dispatched(
         cursor.execute(
             "WITH e AS (UPDATE chrono_execution SET dispatched_at = %s, status = CASE "
             "  WHEN status = 'SCHEDULED' THEN 'DISPATCHED' ELSE status END "
-            "  WHERE execution_id = ANY(%s) AND dispatched_at IS NULL) "
-            "UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
+            "  WHERE execution_id = ANY(%s) AND dispatched_at IS NULL "
+            "  RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, dispatched_at), "
+            "j AS (UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
             "status = CASE WHEN x.next_run_at IS NULL THEN 'COMPLETED' ELSE j.status END "
             "FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) "
             "AS x(job_id, fired_at, next_run_at) "
             "WHERE j.job_id = x.job_id AND j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
-            "RETURNING j.job_id",
+            "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at), "
+            f"a AS ({_DISPATCHED_AUDIT}) "
+            "SELECT job_id FROM j",
             [
                 ms_to_datetime(confirmed_at_ms),
                 list(execution_ids),
                 [uuid.UUID(job_id) for job_id, _, _ in advances],
                 [ms_to_datetime(fired) for _, fired, _ in advances],
                 [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt in advances],
+                ms_to_datetime(confirmed_at_ms),
             ],
         )
         return {str(row[0]) for row in cursor.fetchall()}
@@ -157,14 +187,18 @@ def record_misfires(
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
+            "WITH i AS (INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
             "scheduled_for, status, reason, error, logs_url, fencing_token, finished_at) "
             "SELECT e, j, t, 1, s, st, r, '', '', 0, CASE WHEN st = 'SKIPPED' THEN now() END "
             "FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::timestamptz[], %s::text[], "
             "%s::text[]) AS x(e, j, t, s, st, r) "
             "ON CONFLICT (execution_id) DO UPDATE SET status = EXCLUDED.status, "
             "reason = EXCLUDED.reason, finished_at = EXCLUDED.finished_at "
-            "WHERE chrono_execution.status = 'SCHEDULED' AND EXCLUDED.status = 'SKIPPED'",
+            "WHERE chrono_execution.status = 'SCHEDULED' AND EXCLUDED.status = 'SKIPPED' "
+            "RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, status, reason, "
+            "finished_at), "
+            "sk AS (SELECT * FROM unnest(%s::uuid[], %s::text[]) AS sk(execution_id, action)) "
+            + _SKIPPED_AUDIT,
             [
                 [execution_id_for(job.job_id, ms) for job, ms, _ in occurrences],
                 [uuid.UUID(job.job_id) for job, _, _ in occurrences],
@@ -172,6 +206,97 @@ def record_misfires(
                 [ms_to_datetime(ms) for _, ms, _ in occurrences],
                 ["SCHEDULED" if reason is None else "SKIPPED" for _, _, reason in occurrences],
                 [reason or "" for _, _, reason in occurrences],
+                [execution_id_for(job.job_id, ms) for job, ms, r in occurrences if r],
+                [audit.skip_action(r) for _, _, r in occurrences if r],
             ],
         )
+
+
+# Audit rows of the statements above (search.audit), written by the same statement.
+_DISPATCHED_AUDIT = audit.insert_rows(audit.select_rows(
+    "e",
+    action_name=audit.EXECUTION_DISPATCHED,
+    actor=f"'{audit.BEAT_ACTOR}'",
+    occurred_at="e.dispatched_at",
+    execution_id="e.execution_id",
+    data="jsonb_build_object('attempt', e.attempt, 'scheduled_for', e.scheduled_for, "
+    "'lateness_ms', (extract(epoch FROM e.dispatched_at - e.scheduled_for) * 1000)::bigint)",
+), audit.select_rows(  # one-time jobs done: after their dispatch, in the same INSERT
+    "j",
+    action_name=audit.JOB_COMPLETED,
+    actor=f"'{audit.BEAT_ACTOR}'",
+    occurred_at="%s::timestamptz",  # the confirm time, as for the dispatch
+    where="j.status = 'COMPLETED'",
+))
+_SKIPPED_AUDIT = audit.insert_select(
+    "i JOIN sk USING (execution_id)",
+    action_sql="sk.action",
+    actor=f"'{audit.BEAT_ACTOR}'",
+    occurred_at="statement_timestamp()",
+    execution_id="i.execution_id",
+    data="jsonb_build_object('attempt', i.attempt, 'scheduled_for', i.scheduled_for, "
+    "'reason', i.reason)",
+    where="i.status = 'SKIPPED'",
+)
+
+
+def active_executions(
+    job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]
+) -> dict[str, list[tuple[uuid.UUID, str]]]:
+    """Executions of these jobs that are waiting or running, but for ``exclude``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, execution_id, status FROM chrono_execution WHERE job_id = ANY(%s) "
+            "AND status IN ('SCHEDULED', 'DISPATCHED', 'RUNNING', 'RETRY_WAIT') "
+            "AND NOT execution_id = ANY(%s)",
+            [[uuid.UUID(j) for j in job_ids], list(exclude)],
+        )
+        active: dict[str, list[tuple[uuid.UUID, str]]] = {}
+        for job_id, execution_id, status in cursor.fetchall():
+            active.setdefault(str(job_id), []).append((execution_id, status))
+        return active
+
+
+def forget_scheduled(execution_ids: Sequence[str]) -> None:
+    """Delete rows inserted for occurrences that are held back before publishing (they never
+    left ``SCHEDULED``, so nothing happened to them)."""
+    if execution_ids:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM chrono_execution WHERE execution_id = ANY(%s) "
+                "AND status = 'SCHEDULED'",
+                [[uuid.UUID(i) for i in execution_ids]],
+            )
+
+
+def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> None:
+    """Overlap policy ``cancel_previous``: earlier waiting occurrences are cancelled, running
+    ones are asked to stop (announced to their workers)."""
+    from scheduler.cancellation import CANCEL_CHANNEL
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = now(), "
+            "reason = 'replaced by a newer occurrence (overlap policy cancel_previous)' "
+            "WHERE job_id = ANY(%s) AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+            "AND NOT execution_id = ANY(%s) "
+            "RETURNING execution_id, job_id, tenant_id, attempt, reason, finished_at) "
+            + audit.insert_select(
+                "u", action_name=audit.EXECUTION_CANCELLED, actor=f"'{audit.BEAT_ACTOR}'",
+                occurred_at="u.finished_at", execution_id="u.execution_id",
+                data="jsonb_build_object('attempt', u.attempt, 'reason', u.reason)"),
+            [[uuid.UUID(j) for j in job_ids], list(exclude)],
+        )
+        cursor.execute(
+            "UPDATE chrono_execution SET cancel_requested_at = now(), "
+            "reason = 'replaced by a newer occurrence (overlap policy cancel_previous)' "
+            "WHERE job_id = ANY(%s) AND status = 'RUNNING' AND cancel_requested_at IS NULL "
+            "RETURNING execution_id",
+            [[uuid.UUID(j) for j in job_ids]],
+        )
+        running = [str(row[0]) for row in cursor.fetchall()]
+    if running:
+        from scheduler.api import timer_store
+
+        timer_store().client.publish(CANCEL_CHANNEL, "\n".join(running))
 

@@ -78,3 +78,12 @@ def retry_tier_ms(delay_ms: int, tiers: Sequence[int] = RETRY_TIERS_MS) -> int |
     if delay_ms > tiers[-1]:
         return None
     return max(tier for tier in tiers if tier <= delay_ms)
+
+
+def effective_policy(retry_policy: dict | None, max_retries: int) -> RetryPolicy:
+    """A job's policy: its backoff settings, with ``max_retries`` giving the attempts unless the
+    policy names ``max_attempts`` itself."""
+    data = dict(retry_policy or {})
+    data.setdefault("max_attempts", max_retries + 1)
+    return RetryPolicy.from_json(data)
+

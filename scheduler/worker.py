@@ -1,23 +1,40 @@
 """Chrono's side of a Celery worker: the task base class that records every Chrono execution.
 
-A message published by the beat carries ``chrono_execution_id`` and ``chrono_attempt`` headers. The
+A message published by Chrono carries ``chrono_execution_id`` and ``chrono_attempt`` headers. The
 task starts the execution with a conditional update before running the body; a delivery that may
-not start (a duplicate, a cancelled execution) returns without running anything. Calls without the
-headers (``task.delay()``, a plain Celery message) run as ordinary Celery tasks.
+not start (a duplicate, a cancelled execution, a stale attempt) returns without running anything.
+While the body runs, the process's lease keeper renews the execution's lease. A failure goes to
+the job's retry policy (``chrono_retry_policy`` header): another attempt after a backoff, or the
+end (dead-lettered). Calls without the headers (``task.delay()``, a plain Celery message) run as
+ordinary Celery tasks.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
+from functools import cache
 
 from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
 
 from chronoadmin.config import get_config
-from scheduler.executions import finish_execution, start_execution
+from reaper.leases import lease_keeper
+from scheduler.attempts import end_attempt, next_attempt_message, send_attempt
+from scheduler.cancellation import finish_cancelled
+from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.executions import StartedExecution, finish_execution, start_execution
 from scheduler.models import ExecutionStatus
+from scheduler.retry import RetryPolicy
 
 log = logging.getLogger("chrono.worker")
+
+
+@cache
+def _publisher() -> Publisher:
+    """This worker process's publisher for next attempts (created after the pool forked)."""
+    return Publisher(get_config().broker_url, origin="chrono-worker")
 
 
 class ChronoTask(Task):
@@ -36,19 +53,69 @@ class ChronoTask(Task):
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             return None
+        keeper = lease_keeper()
+        keeper.hold(execution_id, started.fencing_token)
         try:
             result = super().__call__(*args, **kwargs)
         except Exception as exc:
-            recorded = finish_execution(
-                started,
-                status=ExecutionStatus.FAILED,
-                error="".join(traceback.format_exception(exc))[-8_000:],
-                exit_code=1,
-            )
-            if not recorded:
-                log.warning("result of %s refused by the fencing check", execution_id)
+            keeper.release(execution_id)
+            self._after_failure(started, exc)
             raise
+        keeper.release(execution_id)
         if not finish_execution(started, status=ExecutionStatus.SUCCEEDED, result=result,
                                 exit_code=0):
             log.warning("result of %s refused by the fencing check", execution_id)
         return result
+
+    def _after_failure(self, started: StartedExecution, exc: Exception) -> None:
+        if isinstance(exc, SoftTimeLimitExceeded) and finish_cancelled(started):
+            log.info("execution %s cancelled while running", started.execution_id)
+            return
+        error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        outcome = end_attempt(
+            started.execution_id,
+            fencing_token=started.fencing_token,
+            from_status="RUNNING",
+            attempt=started.attempt,
+            policy=self._retry_policy(),
+            error="".join(traceback.format_exception(exc)),
+            error_type=error_type,
+            actor=f"worker:{self.request.hostname}",
+        )
+        if outcome is None:
+            log.warning("failure of %s refused by the fencing check", started.execution_id)
+            return
+        if outcome.status != "RETRY_WAIT":
+            log.info("execution %s ended %s", started.execution_id, outcome.status)
+            return
+        from scheduler.api import timer_store
+
+        try:
+            how = send_attempt(next_attempt_message(self._message(), outcome.attempt), outcome,
+                               publisher=_publisher(), store=timer_store())
+        except DispatchError as exc_send:
+            # The reaper republishes RETRY_WAIT executions whose retry time has long passed.
+            log.error("could not send attempt %d of %s (the reaper will): %r", outcome.attempt,
+                      started.execution_id, exc_send)
+            return
+        log.info("execution %s: attempt %d in %d ms (%s)", started.execution_id,
+                 outcome.attempt, outcome.delay_ms, how)
+
+    def _retry_policy(self) -> RetryPolicy:
+        raw = getattr(self.request, "chrono_retry_policy", None)
+        return RetryPolicy.from_json(json.loads(raw)) if raw else RetryPolicy()
+
+    def _message(self) -> TaskMessage:
+        """This delivery as a message, to send again for the next attempt."""
+        request = self.request
+        hard, soft = (list(request.timelimit or ()) + [None, None])[:2]
+        return TaskMessage(
+            task_id=request.id,
+            task_name=self.name,
+            queue=(request.delivery_info or {}).get("routing_key") or get_config().default_queue,
+            args=list(request.args or ()),
+            kwargs=dict(request.kwargs or {}),
+            chrono_headers={k: v for k, v in vars(request).items() if k.startswith("chrono_")},
+            soft_timeout_ms=None if soft is None else int(soft * 1000),
+            hard_timeout_ms=None if hard is None else int(hard * 1000),
+        )

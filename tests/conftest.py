@@ -100,6 +100,13 @@ class Platform:
         )
         return beat
 
+    def start_reaper(self, name: str = "reaper", **env: object):
+        extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
+        reaper = self.group.start(name, ["reaper"], env=extra)
+        reaper.wait_until(lambda: "reaper started" in reaper.log_tail(), timeout_s=30,
+                          what="starting")
+        return reaper
+
     def leases_of(self, replica_id: str) -> set[str]:
         """The lease values ("<replica>|<token>") ``replica_id`` holds now."""
         pipe = self.redis.pipeline(transaction=False)
@@ -110,14 +117,19 @@ class Platform:
     def owned(self, replica_id: str) -> int:
         return len(self.leases_of(replica_id))
 
-    def start_worker(self, name: str = "worker-1", concurrency: int = 2):
+    def start_worker(self, name: str = "worker-1", concurrency: int = 2,
+                     include: tuple[str, ...] = (), **env: object):
+        """A Chrono worker of the test queue; ``include`` adds task modules to tests.e2e.tasks."""
         from reaper.models import Worker
 
         hostname = f"{name}@{self.queue}"
+        extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
         worker = self.group.start(
             name,
             ["worker", "--queues", self.queue, "--concurrency", str(concurrency),
-             "--hostname", hostname, "--include", "tests.e2e.tasks", "--loglevel", "WARNING"],
+             "--hostname", hostname, "--include", ",".join(("tests.e2e.tasks", *include)),
+             "--loglevel", "INFO"],
+            env=extra,
         )
         worker.wait_until(
             lambda: Worker.objects.filter(worker_id=hostname).exists(),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
-from tests.e2e.tasks import DELIVERIES_KEY, DELIVERY_LOG_KEY, RUNS_KEY
+from chronoadmin.processes import wait_until
+from tests.e2e.tasks import ATTEMPTS_KEY, DELIVERIES_KEY, DELIVERY_LOG_KEY, RUNS_KEY
 
 FAST_FAILOVER = {
     # Leases of 2 s and ack deadlines of 3 s make a failover take seconds, not a minute.
@@ -17,12 +17,7 @@ FAST_FAILOVER = {
 
 
 def wait_for(condition, *, timeout_s: float, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval_s)
-    return condition()
+    return wait_until(condition, timeout_s=timeout_s, interval_s=interval_s)
 
 
 def runs(client) -> dict[str, int]:
@@ -47,3 +42,13 @@ def delivery_log(client) -> list[tuple[str, str, int]]:
 def replicas_seen(client) -> Counter:
     """How many deliveries each beat replica dispatched."""
     return Counter(lease.split("|")[0] for _, lease, _ in delivery_log(client))
+
+
+def attempts_log(client) -> list[tuple[str, int, int]]:
+    """(execution id, attempt, received ms) per delivery, in order."""
+    rows = []
+    for raw in client.lrange(ATTEMPTS_KEY, 0, -1):
+        execution_id, attempt, received = raw.decode().split("|")
+        rows.append((execution_id, int(attempt), int(received)))
+    return rows
+

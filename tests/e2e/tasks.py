@@ -4,11 +4,13 @@
 ``e2e:deliveries``  hash: execution id -> how many times a worker received it (duplicates show)
 ``e2e:delivery_log`` list: "<execution id>|<shard lease>|<published ms>" per delivery, to tell
                     which replica dispatched what, under which fencing token, and when
+``e2e:attempts``    list: "<execution id>|<attempt>|<received ms>" per delivery
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import redis
 from celery.signals import task_prerun
@@ -18,6 +20,7 @@ from chronoadmin.celery import app
 RUNS_KEY = "e2e:runs"
 DELIVERIES_KEY = "e2e:deliveries"
 DELIVERY_LOG_KEY = "e2e:delivery_log"
+ATTEMPTS_KEY = "e2e:attempts"
 
 
 def _redis() -> redis.Redis:
@@ -34,6 +37,8 @@ def _record_delivery(task=None, **_: object) -> None:
     pipe = _redis().pipeline(transaction=False)
     pipe.hincrby(DELIVERIES_KEY, execution_id, 1)
     pipe.rpush(DELIVERY_LOG_KEY, f"{execution_id}|{lease}|{published}")
+    attempt = getattr(task.request, "chrono_attempt", 1)
+    pipe.rpush(ATTEMPTS_KEY, f"{execution_id}|{attempt}|{time.time_ns() // 1_000_000}")
     pipe.execute()
 
 
@@ -45,11 +50,17 @@ def record_run(self, label: str = "") -> str:
     return label
 
 
+@app.task(name="e2e.fail", bind=True)
+def fail(self) -> None:
+    """Always raises (after counting its run)."""
+    execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
+    _redis().hincrby(RUNS_KEY, execution_id, 1)
+    raise RuntimeError("e2e.fail always fails")
+
+
 @app.task(name="e2e.sleep", bind=True)
 def sleep(self, seconds: float = 1.0) -> float:
     """Sleeps, then counts its run like ``record_run``."""
-    import time
-
     time.sleep(seconds)
     execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
     _redis().hincrby(RUNS_KEY, execution_id, 1)

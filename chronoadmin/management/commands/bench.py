@@ -8,7 +8,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-BENCHMARKS = ("dispatch", "failover", "timers")
+BENCHMARKS = ("dispatch", "failover", "timers", "heartbeats", "recovery", "ingest", "indexer")
 
 
 class Command(BaseCommand):

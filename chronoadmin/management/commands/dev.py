@@ -1,4 +1,5 @@
-"""``chrono dev``: beat, worker and web server in one command, stopped together by Ctrl-C."""
+"""``chrono dev``: beat, worker, reaper, indexer and web server in one command, stopped together
+by Ctrl-C."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ WEB_ADDR = "127.0.0.1:8000"
 
 
 def start_platform(stdout, *, web_addr: str = WEB_ADDR) -> ProcessGroup:
-    """Start one beat, one worker and the web server; returns once each has started."""
+    """Start a beat, a worker, the reaper, the audit indexer and the web server; returns once
+    each has started."""
     group = ProcessGroup(env={}, log_dir=REPO_ROOT / ".chrono" / "logs")
     group.start("beat", ["beat", "--replica-id", "dev-beat"])
     group.start("worker", ["worker", "--concurrency", "2", "--hostname", "dev-worker@%h"])
+    group.start("reaper", ["reaper"])
+    group.start("indexer", ["indexer"])
     group.start("web", ["web", web_addr])
     time.sleep(2)
     for child in group.children:
@@ -46,7 +50,7 @@ def run_until_interrupted(group: ProcessGroup, on_tick=None) -> None:
 
 
 class Command(BaseCommand):
-    help = "Run beat, worker and web server together until Ctrl-C."
+    help = "Run beat, worker, reaper, indexer and web server together until Ctrl-C."
 
     def handle(self, *args, **options):
         group = start_platform(self.stdout)

@@ -1,0 +1,30 @@
+"""Production settings: ``DJANGO_SETTINGS_MODULE=chronoadmin.settings_production``.
+
+Everything of :mod:`chronoadmin.settings`, hardened as ``manage.py check --deploy`` asks: HTTPS
+only, secure cookies, HSTS, and a secret key that must come from the environment
+(``CHRONO_SECRET_KEY``).
+"""
+
+from __future__ import annotations
+
+from chronoadmin.config import ConfigError
+from chronoadmin.settings import *  # noqa: F403
+from chronoadmin.settings import CHRONO
+
+if CHRONO.secret_key.startswith("chrono-dev-insecure") or len(CHRONO.secret_key) < 50:
+    raise ConfigError(
+        "set CHRONO_SECRET_KEY to a random string of at least 50 characters for production "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(64))')"
+    )
+
+DEBUG = False
+SECURE_SSL_REDIRECT = True
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_HSTS_SECONDS = 31_536_000
+SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+SECURE_HSTS_PRELOAD = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"

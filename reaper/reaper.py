@@ -1,0 +1,175 @@
+"""The reaper: finds what dead workers left behind and sends it again.
+
+Every ``reaper_interval_ms``:
+
+1. workers whose heartbeats stopped (``worker_dead_after_missed_heartbeats`` intervals) are marked
+   unhealthy;
+2. running executions whose lease expired, or whose worker is unhealthy, are declared lost: the
+   attempt ends through the job's retry policy (another attempt after a backoff, or dead-lettered
+   after its last one: a poison job that kills every worker ends there too), with the fencing
+   token bumped so the lost run's late result is refused;
+3. attempts waiting to be retried whose retry time passed long ago (the process that should have
+   sent them died) are sent again.
+
+Every change is a conditional update and the rows are taken with ``FOR UPDATE SKIP LOCKED``, so
+several reapers can run at once; each attempt is sent by the one that changed it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import redis
+from django.db import DatabaseError, close_old_connections, connection, transaction
+
+from chronoadmin.config import ChronoConfig
+from scheduler.attempts import ATTEMPT_COLUMNS, AttemptRow, Outcome, end_attempt, send_attempt
+from scheduler.cancellation import settle_cancelled_lost
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.dispatch import DispatchError, Publisher
+from scheduler.retry import effective_policy
+from scheduler.timers import TimerStore
+from search import audit
+
+BATCH = 500
+MAX_BACKOFF_S = 10.0
+
+log = logging.getLogger("chrono.reaper")
+
+@dataclass
+class ReaperCounters:
+    workers_down: int = 0
+    lost: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    resent: int = 0
+    cancelled: int = 0
+
+
+class Reaper:
+    """``run()`` blocks until ``stop()``."""
+
+    def __init__(self, *, config: ChronoConfig, publisher: Publisher, store: TimerStore) -> None:
+        self.config = config
+        self.publisher = publisher
+        self.store = store
+        self.counters = ReaperCounters()
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        backoff_s = 0.5
+        log.info("reaper started")
+        while not self._stopping.is_set():
+            try:
+                self.run_once()
+                backoff_s = 0.5
+                self._stopping.wait(self.config.reaper_interval_ms / 1000)
+            except (DatabaseError, redis.RedisError, DispatchError, OSError) as exc:
+                log.error("reaper iteration failed, retrying in %.1f s: %r", backoff_s, exc)
+                close_old_connections()
+                self._stopping.wait(backoff_s)
+                backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
+        self.publisher.close()
+
+    def run_once(self) -> None:
+        self.mark_dead_workers()
+        while self.reap_lost() == BATCH:
+            pass
+        self.resend_overdue_retries()
+
+    def mark_dead_workers(self) -> list[str]:
+        silence_ms = (self.config.worker_heartbeat_interval_ms
+                      * self.config.worker_dead_after_missed_heartbeats)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE chrono_worker SET is_healthy = false WHERE is_healthy "
+                "AND last_heartbeat_at < %s RETURNING worker_id",
+                [ms_to_datetime(now_ms() - silence_ms)],
+            )
+            dead = [row[0] for row in cursor.fetchall()]
+        for worker_id in dead:
+            log.warning("worker %s stopped heartbeating: marked down", worker_id)
+        self.counters.workers_down += len(dead)
+        return dead
+
+    def reap_lost(self) -> int:
+        """Declare lost the running executions whose lease expired or whose worker is down,
+        then send the attempts that follow. Returns how many were examined."""
+        outcomes: list[tuple[AttemptRow, Outcome]] = []
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
+                "JOIN chrono_job j ON j.job_id = e.job_id "
+                "LEFT JOIN chrono_worker w ON w.worker_id = e.worker_id "
+                "WHERE e.status = 'RUNNING' AND (e.lease_expires_at < %s OR w.is_healthy = false) "
+                "ORDER BY e.lease_expires_at LIMIT %s FOR UPDATE OF e SKIP LOCKED",
+                [ms_to_datetime(now_ms()), BATCH],
+            )
+            rows = [AttemptRow.from_db(row) for row in cursor.fetchall()]
+            cancelled = [row.execution_id for row in rows if row.cancel_requested]
+            self.counters.cancelled += settle_cancelled_lost(cancelled)
+            for row in rows:
+                if row.cancel_requested:
+                    continue
+                outcome = end_attempt(
+                    row.execution_id,
+                    fencing_token=row.fencing_token,
+                    from_status="RUNNING",
+                    attempt=row.attempt,
+                    policy=effective_policy(row.retry_policy, row.max_retries),
+                    error=f"lost: attempt {row.attempt} on worker {row.worker_id} stopped "
+                          "renewing its lease",
+                    error_type="chrono.ExecutionLost",
+                    reason_prefix=f"lost on {row.worker_id}; ",
+                    audit_action=audit.EXECUTION_LOST,
+                    actor="reaper",
+                )
+                if outcome is not None:
+                    outcomes.append((row, outcome))
+        for row, outcome in outcomes:
+            self._count(outcome)
+            log.warning("execution %s attempt %d lost on %s: %s", row.execution_id, row.attempt,
+                        row.worker_id, outcome.status)
+            if outcome.status == "RETRY_WAIT":
+                send_attempt(row.message(outcome.attempt), outcome, publisher=self.publisher,
+                             store=self.store)
+        return len(rows)
+
+    def _count(self, outcome: Outcome) -> None:
+        self.counters.lost += 1
+        if outcome.status == "RETRY_WAIT":
+            self.counters.retried += 1
+        else:
+            self.counters.dead_lettered += 1
+
+    def resend_overdue_retries(self) -> int:
+        """Send again attempts that should have started ``retry_overdue_grace_ms`` ago."""
+        now = now_ms()
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "WITH due AS (SELECT execution_id FROM chrono_execution WHERE status = "
+                "'RETRY_WAIT' AND retry_at < %s ORDER BY retry_at LIMIT %s "
+                "FOR UPDATE SKIP LOCKED) "
+                "UPDATE chrono_execution e SET retry_at = %s FROM due "
+                "WHERE e.execution_id = due.execution_id RETURNING e.execution_id",
+                [ms_to_datetime(now - self.config.retry_overdue_grace_ms), BATCH,
+                 ms_to_datetime(now)],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                return 0
+            cursor.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
+                "JOIN chrono_job j ON j.job_id = e.job_id WHERE e.execution_id = ANY(%s)",
+                [ids],
+            )
+            rows = [AttemptRow.from_db(row) for row in cursor.fetchall()]
+        self.publisher.publish_batch([row.message(row.attempt) for row in rows])
+        self.counters.resent += len(rows)
+        log.warning("re-sent %d attempts whose sender never did", len(rows))
+        return len(rows)

@@ -1,0 +1,220 @@
+"""What happens when an attempt ends badly: another attempt after a backoff, or the end.
+
+A failed attempt (the task raised) or a lost one (its lease expired; its worker died) moves, in one
+conditional update guarded by the fencing token, either to ``RETRY_WAIT`` with ``attempt + 1``
+and a ``retry_at``, or to its end: ``DEAD_LETTERED`` when a retry policy gave up (attempts
+exhausted, or a non-retryable error), ``FAILED`` when the job never asked for retries. The next
+attempt is then sent with :func:`send_attempt`: at once, through a RabbitMQ retry tier, or, for
+long delays, through the timer store (timer id ``<execution id>#<attempt>``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from dataclasses import dataclass
+
+from django.db import connection
+
+from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
+from scheduler.dispatch import Publisher, TaskMessage
+from scheduler.occurrences import decode_json
+from scheduler.retry import RetryPolicy, effective_policy, retry_tier_ms
+from scheduler.timers import TimerStore
+from search import audit
+
+RETRY_TIMER_SEPARATOR = "#"
+_rng = random.SystemRandom()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Where a failed or lost attempt went: ``status`` is RETRY_WAIT, DEAD_LETTERED or FAILED."""
+
+    execution_id: str
+    status: str
+    attempt: int
+    retry_at_ms: int | None = None
+    delay_ms: int | None = None
+
+
+def decide(
+    policy: RetryPolicy, *, attempt: int, error_type: str, now: int, rng: random.Random = _rng
+) -> tuple[str, int | None, str]:
+    """``(status, delay ms or None, reason)`` after ``attempt`` failed with ``error_type``."""
+    if policy.should_retry(failed_attempt=attempt, error_type=error_type):
+        return "RETRY_WAIT", policy.delay_ms(attempt + 1, rng), ""
+    if policy.max_attempts == 1 and error_type not in policy.non_retryable:
+        return "FAILED", None, ""
+    if attempt >= policy.max_attempts:
+        return "DEAD_LETTERED", None, f"gave up after {attempt} attempts"
+    return "DEAD_LETTERED", None, f"{error_type} is not retryable"
+
+
+def end_attempt(
+    execution_id: str,
+    *,
+    fencing_token: int,
+    from_status: str,
+    attempt: int,
+    policy: RetryPolicy,
+    error: str,
+    error_type: str,
+    reason_prefix: str = "",
+    audit_action: str = audit.EXECUTION_FAILED,
+    actor: str = "worker",
+    rng: random.Random = _rng,
+) -> Outcome | None:
+    """Move an attempt that failed or was lost (``from_status`` RUNNING) to its next state,
+    with its audit rows (failed or lost, then retried or dead-lettered) in the same statement;
+    None when the fencing check refused it (another attempt owns the execution now)."""
+    now = now_ms()
+    status, delay_ms, reason = decide(policy, attempt=attempt, error_type=error_type, now=now,
+                                      rng=rng)
+    retry_at = None if delay_ms is None else now + delay_ms
+    reason = f"{reason_prefix}{reason}".strip("; ")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH e AS (UPDATE chrono_execution SET status = %s, error = %s, reason = %s, "
+            "exit_code = 1, lease_expires_at = NULL, fencing_token = fencing_token + 1, "
+            "finished_at = CASE WHEN %s = 'RETRY_WAIT' THEN NULL ELSE %s END, "
+            "retry_at = %s, attempt = attempt + CASE WHEN %s = 'RETRY_WAIT' THEN 1 ELSE 0 END "
+            "WHERE execution_id = %s AND fencing_token = %s AND status = %s AND attempt = %s "
+            "RETURNING execution_id, job_id, tenant_id, attempt, status, error, reason), "
+            f"a AS ({audit.attempt_ended('e', failure_action=audit_action, actor='%s')}), "
+            "j AS (UPDATE chrono_job SET retry_count = retry_count + 1 FROM e "
+            "WHERE chrono_job.job_id = e.job_id AND %s = 'RETRY_WAIT') "
+            "SELECT attempt FROM e",
+            [
+                status, error[-8_000:], reason[:300], status, ms_to_datetime(now),
+                None if retry_at is None else ms_to_datetime(retry_at), status,
+                uuid.UUID(execution_id), fencing_token, from_status, attempt,
+                *[actor] * audit.attempt_ended("e", failure_action=audit_action,
+                                               actor="%s").count("%s"),
+                status,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Outcome(execution_id, status, row[0], retry_at, delay_ms)
+
+
+def send_attempt(
+    message: TaskMessage, outcome: Outcome, *, publisher: Publisher, store: TimerStore
+) -> str:
+    """Send the next attempt of a ``RETRY_WAIT`` execution; returns how (for the log)."""
+    tier = retry_tier_ms(outcome.delay_ms or 0)
+    if tier is None:
+        timer_id = f"{outcome.execution_id}{RETRY_TIMER_SEPARATOR}{outcome.attempt}"
+        store.add([(timer_id, outcome.retry_at_ms)])
+        return "timer store"
+    publisher.publish_batch([message], retry_tier_ms=tier)
+    return f"retry tier {tier} ms" if tier else "at once"
+
+
+def next_attempt_message(message: TaskMessage, attempt: int) -> TaskMessage:
+    """The same task message, for ``attempt``."""
+    headers = {**message.chrono_headers, "chrono_attempt": attempt}
+    return TaskMessage(task_id=message.task_id, task_name=message.task_name, queue=message.queue,
+                       args=message.args, kwargs=message.kwargs, chrono_headers=headers,
+                       soft_timeout_ms=message.soft_timeout_ms,
+                       hard_timeout_ms=message.hard_timeout_ms)
+
+
+def policy_header(policy: RetryPolicy) -> str:
+    return json.dumps(policy.to_json(), separators=(",", ":"))
+
+
+ATTEMPT_COLUMNS = (
+    "e.execution_id, e.attempt, e.fencing_token, e.worker_id, e.scheduled_for, "
+    "e.cancel_requested_at, "
+    "j.job_id, j.tenant_id, j.job_type, j.args, j.kwargs, j.queue, j.retry_policy, "
+    "j.max_retries, j.soft_timeout_ms, j.hard_timeout_ms"
+)
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    execution_id: str
+    attempt: int
+    fencing_token: int
+    worker_id: str | None
+    scheduled_for_ms: int
+    cancel_requested: bool
+    job_id: str
+    tenant_id: str
+    job_type: str
+    args: list
+    kwargs: dict
+    queue: str
+    retry_policy: dict
+    max_retries: int
+    soft_timeout_ms: int | None
+    hard_timeout_ms: int | None
+
+    @classmethod
+    def from_db(cls, row: tuple) -> AttemptRow:
+        (execution_id, attempt, token, worker_id, scheduled_for, cancel_requested_at, job_id,
+         tenant_id, job_type, args, kwargs, queue, retry_policy, max_retries, soft, hard) = row
+        return cls(str(execution_id), attempt, token, worker_id, datetime_to_ms(scheduled_for),
+                   cancel_requested_at is not None,
+                   str(job_id), str(tenant_id), job_type, decode_json(args),
+                   decode_json(kwargs), queue, decode_json(retry_policy) or {}, max_retries,
+                   soft, hard)
+
+    def message(self, attempt: int) -> TaskMessage:
+        return TaskMessage(
+            task_id=self.execution_id,
+            task_name=self.job_type,
+            queue=self.queue,
+            args=self.args,
+            kwargs=self.kwargs,
+            soft_timeout_ms=self.soft_timeout_ms,
+            hard_timeout_ms=self.hard_timeout_ms,
+            chrono_headers={
+                "chrono_execution_id": self.execution_id,
+                "chrono_job_id": self.job_id,
+                "chrono_tenant_id": self.tenant_id,
+                "chrono_attempt": attempt,
+                "chrono_fire_ms": self.scheduled_for_ms,
+                "chrono_retry_policy": policy_header(
+                    effective_policy(self.retry_policy, self.max_retries)
+                ),
+            },
+        )
+
+
+def load_waiting(attempts: list[tuple[str, int]]) -> list[AttemptRow]:
+    """The ``RETRY_WAIT`` executions among ``(execution id, attempt)`` still waiting for
+    exactly that attempt, with what their messages need."""
+    if not attempts:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
+            "JOIN chrono_job j ON j.job_id = e.job_id "
+            "JOIN unnest(%s::uuid[], %s::int[]) AS x(execution_id, attempt) "
+            "ON x.execution_id = e.execution_id AND x.attempt = e.attempt "
+            "WHERE e.status = 'RETRY_WAIT'",
+            [[uuid.UUID(i) for i, _ in attempts], [n for _, n in attempts]],
+        )
+        return [AttemptRow.from_db(row) for row in cursor.fetchall()]
+
+
+def mark_dispatched(rows: list[AttemptRow], *, at_ms: int) -> None:
+    """Attempts published from ``RETRY_WAIT``: ``DISPATCHED`` (unless a worker started them)."""
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "WITH u AS (UPDATE chrono_execution SET status = 'DISPATCHED', dispatched_at = %s "
+                "WHERE execution_id = ANY(%s) AND status = 'RETRY_WAIT' "
+                "RETURNING execution_id, job_id, tenant_id, attempt, dispatched_at) "
+                + audit.insert_select(
+                    "u", action_name=audit.EXECUTION_DISPATCHED, actor=f"'{audit.BEAT_ACTOR}'",
+                    occurred_at="u.dispatched_at", execution_id="u.execution_id",
+                    data="jsonb_build_object('attempt', u.attempt)"),
+                [ms_to_datetime(at_ms), [uuid.UUID(r.execution_id) for r in rows]],
+            )
+

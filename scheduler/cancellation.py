@@ -1,0 +1,92 @@
+"""Cancelling executions: persisted first, checked at start, delivered to running ones.
+
+An execution that has not started (``SCHEDULED``, ``DISPATCHED``, ``RETRY_WAIT``) is cancelled
+by a conditional update, and the worker-side start refuses it. A running one gets
+``cancel_requested_at``; the request is announced on ``chrono:cancel`` (pub/sub) to the worker
+process running it, whose lease keeper raises ``SoftTimeLimitExceeded`` in the task (SIGUSR1,
+Celery's own soft-timeout signal) so it can clean up, and kills the process after
+``cancel_grace_ms`` if the task is still running. A worker that missed the announcement sees the
+request at its next lease renewal; one that died is settled by the reaper. Either way the
+execution ends ``CANCELLED`` and is not retried.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import connection, transaction
+
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.executions import StartedExecution
+from search import audit
+
+CANCEL_CHANNEL = "chrono:cancel"
+_RETURNING = "execution_id, job_id, tenant_id, attempt, reason, finished_at"
+# The audit row of a cancellation, in the statement that makes it (actor as a parameter).
+_CANCELLED_AUDIT = audit.insert_select(
+    "u",
+    action_name=audit.EXECUTION_CANCELLED,
+    actor="%s",
+    occurred_at="u.finished_at",
+    execution_id="u.execution_id",
+    data="jsonb_build_object('attempt', u.attempt, 'reason', u.reason)",
+)
+
+
+def _announce(execution_ids: list[str]) -> None:
+    from scheduler.api import timer_store
+
+    if execution_ids:
+        timer_store().client.publish(CANCEL_CHANNEL, "\n".join(execution_ids))
+
+
+def request_cancel_running(
+    *, by: str, job_id: uuid.UUID | str | None = None, execution_id: str | None = None
+) -> list[str]:
+    """Ask running executions (of a job, or one) to stop; returns their ids. Announced to
+    their workers when the caller's transaction commits."""
+    column, value = ("job_id", job_id) if job_id is not None else ("execution_id", execution_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE chrono_execution SET cancel_requested_at = %s, reason = %s "
+            f"WHERE {column} = %s AND status = 'RUNNING' AND cancel_requested_at IS NULL "
+            "RETURNING execution_id",
+            [ms_to_datetime(now_ms()), f"cancel requested by {by or 'unknown'}"[:300],
+             uuid.UUID(str(value))],
+        )
+        ids = [str(row[0]) for row in cursor.fetchall()]
+    if ids:
+        transaction.on_commit(lambda: _announce(ids))
+    return ids
+
+
+def finish_cancelled(started: StartedExecution) -> bool:
+    """End a run that stopped because it was asked to: ``CANCELLED``, never retried. False
+    when no cancellation was requested (or the fencing check refused it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s, "
+            "lease_expires_at = NULL, exit_code = 1 "
+            "WHERE execution_id = %s AND fencing_token = %s AND status = 'RUNNING' "
+            f"AND cancel_requested_at IS NOT NULL RETURNING {_RETURNING}) "
+            f"{_CANCELLED_AUDIT} RETURNING 1",
+            [ms_to_datetime(now_ms()), uuid.UUID(started.execution_id), started.fencing_token,
+             "worker"],
+        )
+        return cursor.rowcount == 1
+
+
+def settle_cancelled_lost(execution_ids: list[str]) -> int:
+    """Executions asked to stop whose worker died (or was killed after the grace): CANCELLED."""
+    if not execution_ids:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s, "
+            "lease_expires_at = NULL, fencing_token = fencing_token + 1 "
+            "WHERE execution_id = ANY(%s) AND status = 'RUNNING' "
+            f"AND cancel_requested_at IS NOT NULL RETURNING {_RETURNING}) "
+            f"{_CANCELLED_AUDIT} RETURNING 1",
+            [ms_to_datetime(now_ms()), [uuid.UUID(i) for i in execution_ids], "reaper"],
+        )
+        return cursor.rowcount

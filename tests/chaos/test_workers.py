@@ -1,0 +1,153 @@
+"""Workers killed, paused and failing on purpose, with a real reaper: at least once, fenced.
+
+Leases of 3 s and heartbeats every second make a lost worker visible within seconds.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler import api
+from scheduler.models import Execution, ExecutionStatus, Job
+from scheduler.retry import RetryPolicy
+from tests.helpers import attempts_log, runs, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+FAST_LEASES = {
+    "execution_lease_ttl_ms": 3_000,
+    "worker_heartbeat_interval_ms": 1_000,
+    "reaper_interval_ms": 300,
+}
+
+
+def pool_children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def start(platform, workers=("worker-a", "worker-b")):
+    platform.start_beat()
+    procs = {name: platform.start_worker(name, concurrency=1, **FAST_LEASES) for name in workers}
+    platform.start_reaper(**FAST_LEASES)
+    return procs
+
+
+def schedule(platform, tenant, task: str, *, kwargs=None, max_retries=2, policy=None):
+    job = api.schedule_once(task, tenant=tenant, delay=0.5, kwargs=kwargs or {},
+                            queue=platform.queue)
+    Job.objects.filter(pk=job.pk).update(max_retries=max_retries, retry_policy=policy or {
+        "initial_delay_ms": 200, "multiplier": 2.0, "max_delay_ms": 1_000})
+    return job
+
+
+def running_on(job) -> tuple[Execution, str]:
+    assert wait_for(lambda: job.executions.filter(status="RUNNING").exists(), timeout_s=20)
+    execution = job.executions.get()
+    return execution, execution.worker_id.split("@")[0]
+
+
+@pytest.mark.parametrize("victim", ["parent", "pool child"])
+def test_a_worker_killed_mid_job_is_replaced_and_one_success_is_recorded(platform, tenant,
+                                                                        victim):
+    procs = start(platform)
+    job = schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 4})
+    execution, name = running_on(job)
+    worker = procs[name]
+    pid = worker.pid if victim == "parent" else pool_children(worker.pid)[0]
+    import os
+
+    os.kill(pid, signal.SIGKILL)
+
+    assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(), timeout_s=60)
+    execution.refresh_from_db()
+    assert execution.attempt == 2, "it ran again as a new attempt"
+    assert Execution.objects.filter(job=job).count() == 1
+    attempts = [a for e, a, _ in attempts_log(platform.redis) if e == str(execution.execution_id)]
+    assert 2 in attempts
+    if victim == "parent":
+        assert not execution.worker_id.startswith(name), "the dead worker cannot have finished"
+
+
+def test_a_worker_paused_past_its_lease_has_its_late_result_refused(platform, tenant):
+    procs = start(platform)
+    job = schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 2})
+    execution, name = running_on(job)
+    sleeper = procs[name]
+    sleeper.signal_group(signal.SIGSTOP)
+    try:
+        # The reaper declares the attempt lost; the other worker runs attempt 2 to the end.
+        assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(),
+                        timeout_s=60)
+    finally:
+        sleeper.signal_group(signal.SIGCONT)
+    execution.refresh_from_db()
+    winner = execution.worker_id
+    assert execution.attempt == 2 and not winner.startswith(name)
+    # The woken worker finishes its stale run; the fencing check must refuse its result.
+    assert wait_for(lambda: "refused by the fencing check" in sleeper.log_tail(200),
+                    timeout_s=30), sleeper.log_tail()
+    execution.refresh_from_db()
+    assert execution.status == ExecutionStatus.SUCCEEDED and execution.worker_id == winner
+
+
+def test_a_job_that_always_fails_is_dead_lettered_after_exactly_its_attempts(platform, tenant):
+    start(platform, workers=("worker-a",))
+    policy = RetryPolicy(max_attempts=4, initial_delay_ms=1_000, multiplier=2.0,
+                         max_delay_ms=10_000)
+    job = schedule(platform, tenant, "e2e.fail", max_retries=3,
+                   policy={k: v for k, v in policy.to_json().items() if k != "max_attempts"})
+
+    assert wait_for(lambda: job.executions.filter(status="DEAD_LETTERED").exists(),
+                    timeout_s=60)
+    time.sleep(2)  # nothing more may come
+    execution = job.executions.get()
+    assert execution.attempt == 4
+    assert "gave up after 4 attempts" in execution.reason
+    assert "e2e.fail always fails" in execution.error
+    assert runs(platform.redis)[str(execution.execution_id)] == 4
+    starts = sorted(ms for e, _, ms in attempts_log(platform.redis)
+                    if e == str(execution.execution_id))
+    assert len(starts) == 4
+    for attempt, (before, after) in enumerate(zip(starts, starts[1:], strict=False), start=2):
+        gap = after - before
+        # Full jitter in [0, bound]; the run itself and delivery add a little on top.
+        assert 0 <= gap <= policy.delay_bound_ms(attempt) + 1_500, (attempt, gap)
+    job.refresh_from_db()
+    assert job.retry_count == 3
+
+
+def test_cancelling_a_running_job_stops_it_on_its_worker(platform, tenant):
+    start(platform, workers=("worker-a",))
+    job = schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 30})
+    execution, _ = running_on(job)
+    time.sleep(0.5)
+    assert api.cancel_execution(execution.execution_id, tenant=tenant, by="ops") == "stopping"
+
+    assert wait_for(lambda: job.executions.filter(status="CANCELLED").exists(), timeout_s=10)
+    execution.refresh_from_db()
+    assert execution.reason == "cancel requested by ops"
+    assert (execution.finished_at - execution.started_at).total_seconds() < 15
+    assert str(execution.execution_id) not in runs(platform.redis), "the body ran to its end"
+
+
+def test_a_cancelled_queued_job_never_starts(platform, tenant):
+    start(platform, workers=("worker-a",))
+    blocker = schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 3})
+    running_on(blocker)
+    queued = schedule(platform, tenant, "e2e.record_run")
+    assert wait_for(lambda: queued.executions.filter(status="DISPATCHED").exists(),
+                    timeout_s=10), "it should be waiting in the queue behind the blocker"
+    assert api.cancel(queued.job_id, tenant=tenant, by="ops")
+
+    assert wait_for(lambda: blocker.executions.filter(status="SUCCEEDED").exists(),
+                    timeout_s=20)
+    time.sleep(1.5)  # the worker has taken the cancelled message by now
+    execution = queued.executions.get()
+    assert execution.status == ExecutionStatus.CANCELLED
+    assert str(execution.execution_id) not in runs(platform.redis)
+    assert execution.started_at is None

@@ -1,0 +1,76 @@
+"""The Python scheduling API against real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler import api
+from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
+from scheduler.models import Job
+from scheduler.retry import RetryPolicy
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_same_idempotency_key_twice_yields_one_job(tenant, redis_client):
+    first = api.schedule_once("chrono.noop", tenant=tenant, delay=60, idempotency_key="order-7")
+    again = api.schedule_once("chrono.noop", tenant=tenant, delay=60, idempotency_key="order-7")
+    assert again.job_id == first.job_id
+    assert Job.objects.filter(tenant=tenant).count() == 1
+    assert api.timer_store().pending_count() == 1
+
+
+def test_idempotency_keys_are_scoped_per_tenant(tenant, other_tenant, redis_client):
+    a = api.schedule_once("chrono.noop", tenant=tenant, delay=60, idempotency_key="k")
+    b = api.schedule_once("chrono.noop", tenant=other_tenant, delay=60, idempotency_key="k")
+    assert a.job_id != b.job_id
+
+
+def test_another_tenants_job_cannot_be_cancelled_or_seen(tenant, other_tenant, redis_client):
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+    with pytest.raises(JobNotFound):
+        api.cancel(job.job_id, tenant=other_tenant)
+    with pytest.raises(JobNotFound):
+        api.pause(job.job_id, tenant=other_tenant)
+    job.refresh_from_db()
+    assert job.status == "ACTIVE"
+
+
+def test_a_retry_policy_and_timeouts_are_stored_with_the_job(tenant, redis_client):
+    policy = RetryPolicy(max_attempts=4, initial_delay_ms=500, non_retryable=("ValueError",))
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=60, retry=policy,
+                            soft_timeout_ms=1_000, hard_timeout_ms=2_000)
+    job.refresh_from_db()
+    assert job.max_retries == 3
+    assert RetryPolicy.from_json(job.retry_policy) == policy
+    assert (job.soft_timeout_ms, job.hard_timeout_ms) == (1_000, 2_000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"delay": -1}, "delay", "negative"),
+        ({"delay": 1, "soft_timeout_ms": 2_000, "hard_timeout_ms": 1_000}, "soft_timeout_ms",
+         "below hard_timeout_ms"),
+        ({"delay": 1, "max_retries": -1}, "max_retries", "negative"),
+    ],
+)
+def test_bad_one_time_jobs_are_refused_with_the_field_and_what_to_change(
+    tenant, redis_client, kwargs, field, message
+):
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once("chrono.noop", tenant=tenant, **kwargs)
+    assert error.value.field == field and message in error.value.message
+    assert not Job.objects.exists()
+
+
+def test_a_payload_over_the_limit_is_refused_and_nothing_is_written(tenant, redis_client):
+    with pytest.raises(PayloadTooLarge, match="limit is"):
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=["x" * 300_000])
+    assert not Job.objects.exists()
+    assert api.timer_store().pending_count() == 0
+
+
+def test_an_unknown_overlap_policy_is_refused(tenant, redis_client):
+    with pytest.raises(InvalidJob, match="allow, skip, buffer_one, cancel_previous"):
+        api.schedule_cron("chrono.noop", tenant=tenant, cron="* * * * *", overlap="sometimes")
