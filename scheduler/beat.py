@@ -56,6 +56,7 @@ from scheduler.wheel import TimingWheel
 OWNERSHIP_REFRESH_MS = 1_000
 STATS_LOG_INTERVAL_MS = 10_000
 OVERLAP_RECHECK_MS = 1_000
+SCAN_SLICES = 4
 MAX_BACKOFF_S = 5.0
 
 log = logging.getLogger("chrono.beat")
@@ -131,6 +132,7 @@ class Beat:
         self._next_scan_ms = 0
         self._pending_shards: set[int] = set()
         self._next_stats_ms = 0
+        self._scan_slice = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -215,8 +217,13 @@ class Beat:
         self._next_refresh_ms = now + OWNERSHIP_REFRESH_MS
 
     def _scan(self, now: int) -> None:
-        """Load the window's new slice of every owned shard; note overdue and expired shards."""
-        shards = sorted(self.ownership.leases)
+        """Load the window's new slice of a quarter of the owned shards (and of any shard not
+        scanned yet); note overdue and expired shards. Each shard is scanned every
+        ``scan_interval_ms``; spreading the shards over the interval keeps every pause of the
+        loop short, so timers due during a scan are not held up by all of it."""
+        self._scan_slice = (self._scan_slice + 1) % SCAN_SLICES
+        shards = [s for s in sorted(self.ownership.leases)
+                  if s % SCAN_SLICES == self._scan_slice or s not in self._scanned_until]
         until = now + self.config.lookahead_ms
         client = self.store.client
         pipe = client.pipeline(transaction=False)
@@ -234,7 +241,7 @@ class Beat:
             if (earliest and earliest[0][1] <= now) or expired:
                 self._pending_shards.add(shard)
             self._scanned_until[shard] = until
-        self._next_scan_ms = now + self.config.scan_interval_ms
+        self._next_scan_ms = now + self.config.scan_interval_ms // SCAN_SLICES
 
     def _take_announcements(self) -> None:
         for shard, timer_id, fire_at_ms in _drain(self._announced) + _drain(self.recorder.rearmed):
