@@ -6,8 +6,8 @@ The reconciler compares one shard at a time and adds what is missing or moves wh
 never removes: a stale timer (its job cancelled, completed or moved since) is harmless, because the
 beat checks the job in PostgreSQL when the timer comes due and drops it.
 
-Shards are read by index range (``chrono_job.timer_key``), so a shard's comparison costs one range
-scan and one ``ZRANGE``, whatever the table's size.
+Shards are read by index range (``chrono_job.timer_key``) and their timers looked up by id, so a
+shard's comparison costs what its pending jobs cost, whatever else the sorted set holds.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import redis
@@ -27,6 +28,7 @@ from scheduler.sharding import timer_key_range
 from scheduler.timers import TimerStore, shard_keys
 
 REBUILD_BATCH = 10_000
+LOOKUP_BATCH = 1_000
 
 log = logging.getLogger("chrono.reconcile")
 
@@ -57,37 +59,61 @@ def pending_timers(shard: int, shard_count: int) -> dict[str, int]:
 
 
 def reconcile_shard(store: TimerStore, shard: int) -> ReconcileReport:
-    """Add the missing timers of one shard and move the ones at a wrong time."""
-    # Redis first, PostgreSQL second: a timer the beat fires in between then shows up as a
-    # harmless re-add of the job's new time, never as a re-add of an occurrence already fired.
-    due, inflight, _, _ = shard_keys(shard)
-    pipe = store.client.pipeline(transaction=True)  # due and inflight as of one instant
-    pipe.zrange(due, 0, -1, withscores=True)
-    pipe.zrange(inflight, 0, -1)
-    due_rows, inflight_rows = pipe.execute()
+    """Add the missing timers of one shard and move the ones at a wrong time.
+
+    Reads the shard's pending jobs from PostgreSQL, looks their timers up in Redis with
+    ``ZMSCORE`` (cost follows the jobs, not the size of the sorted set), then re-reads the
+    candidates in PostgreSQL: a timer the beat fired, or a job edited, in between is left alone
+    rather than put back at a time that is no longer the job's."""
     expected = pending_timers(shard, store.shard_count)
-    present = {member.decode(): int(score) for member, score in due_rows}
-    claimed = {member.decode() for member in inflight_rows}
-    report = ReconcileReport(checked=len(expected))
-    repairs: dict[str, int] = {}
-    for job_id, fire_ms in expected.items():
-        if job_id in claimed:
-            continue
-        current = present.get(job_id)
-        if current is None:
-            report.added += 1
-        elif current != fire_ms:
-            report.moved += 1
-        else:
-            continue
-        repairs[job_id] = fire_ms
+    candidates = _differences(store, shard, expected)
+    if not candidates:
+        return ReconcileReport(checked=len(expected))
+    still = _still_pending(candidates)
+    repairs = {job_id: fire_ms for job_id, (fire_ms, _) in candidates.items()
+               if still.get(job_id) == fire_ms}
+    report = ReconcileReport(
+        checked=len(expected),
+        added=sum(1 for job_id in repairs if candidates[job_id][1] is None),
+        moved=sum(1 for job_id in repairs if candidates[job_id][1] is not None),
+    )
     if repairs:
-        store.client.zadd(due, repairs)
-        log.warning(
-            "shard %d: repaired %d missing and %d misplaced timers", shard, report.added,
-            report.moved,
-        )
+        store.client.zadd(shard_keys(shard)[0], repairs)
+        log.warning("shard %d: repaired %d missing and %d misplaced timers", shard,
+                    report.added, report.moved)
     return report
+
+
+def _differences(
+    store: TimerStore, shard: int, expected: dict[str, int]
+) -> dict[str, tuple[int, int | None]]:
+    """``{job id: (expected ms, current ms or None)}`` for timers missing or misplaced."""
+    due, inflight, _, _ = shard_keys(shard)
+    ids = list(expected)
+    found: dict[str, tuple[int, int | None]] = {}
+    for offset in range(0, len(ids), LOOKUP_BATCH):
+        chunk = ids[offset : offset + LOOKUP_BATCH]
+        pipe = store.client.pipeline(transaction=True)  # due and inflight as of one instant
+        pipe.zmscore(due, chunk)
+        pipe.zmscore(inflight, chunk)
+        due_scores, inflight_scores = pipe.execute()
+        for job_id, score, claimed in zip(chunk, due_scores, inflight_scores, strict=True):
+            if claimed is not None:
+                continue  # the beat holds it
+            current = None if score is None else int(score)
+            if current != expected[job_id]:
+                found[job_id] = (expected[job_id], current)
+    return found
+
+
+def _still_pending(candidates: dict[str, object]) -> dict[str, int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, next_run_at FROM chrono_job WHERE job_id = ANY(%s) "
+            "AND status = 'ACTIVE' AND next_run_at IS NOT NULL",
+            [[uuid.UUID(job_id) for job_id in candidates]],
+        )
+        return {str(job_id): datetime_to_ms(next_run) for job_id, next_run in cursor.fetchall()}
 
 
 def rebuild_all(store: TimerStore) -> int:

@@ -151,3 +151,24 @@ def test_a_cancelled_queued_job_never_starts(platform, tenant):
     assert execution.status == ExecutionStatus.CANCELLED
     assert str(execution.execution_id) not in runs(platform.redis)
     assert execution.started_at is None
+
+
+def test_a_soft_timeout_stops_the_task_and_a_hard_one_kills_it_then_the_attempt_is_retried(
+    platform, tenant
+):
+    start(platform, workers=("worker-a",))
+    soft = api.schedule_once("e2e.sleep", tenant=tenant, delay=0.3, kwargs={"seconds": 30},
+                             queue=platform.queue, soft_timeout_ms=1_000)
+    hard = api.schedule_once("e2e.sleep", tenant=tenant, delay=0.3, kwargs={"seconds": 30},
+                             queue=platform.queue, hard_timeout_ms=1_500,
+                             retry=RetryPolicy(max_attempts=2, initial_delay_ms=100))
+
+    assert wait_for(lambda: soft.executions.filter(status="FAILED").exists(), timeout_s=30)
+    execution = soft.executions.get()
+    assert "SoftTimeLimitExceeded" in execution.error
+    assert (execution.finished_at - execution.started_at).total_seconds() < 10
+    # The hard limit kills the pool process: the attempt is lost, retried, killed again.
+    assert wait_for(lambda: hard.executions.filter(status="DEAD_LETTERED").exists(),
+                    timeout_s=60)
+    execution = hard.executions.get()
+    assert execution.attempt == 2 and "lost" in execution.reason
