@@ -34,7 +34,9 @@ def start_platform(stdout, *, web_addr: str = WEB_ADDR) -> ProcessGroup:
 def run_until_interrupted(group: ProcessGroup, on_tick=None) -> None:
     """Block until Ctrl-C / SIGTERM or a child dies; then stop every child cleanly."""
     stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # Installed explicitly: a shell that starts us in the background leaves SIGINT ignored.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.append(True))
     try:
         while not stopping:
             for child in group.children:
