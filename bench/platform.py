@@ -62,11 +62,11 @@ class BenchPlatform:
         self.beats[replica_id] = beat
         return beat
 
-    def start_worker(self, concurrency: int = 2) -> ChronoProcess:
+    def start_worker(self, concurrency: int = 2, pool: str = "prefork") -> ChronoProcess:
         hostname = f"bench-worker@{self.queue}"
         worker = self.group.start("worker", ["worker", "--queues", self.queue, "--concurrency",
-                                             str(concurrency), "--hostname", hostname,
-                                             "--loglevel", "WARNING"])
+                                             str(concurrency), "--pool", pool,
+                                             "--hostname", hostname, "--loglevel", "WARNING"])
         wait_for_worker(worker, hostname)
         return worker
 
