@@ -11,6 +11,7 @@ import json
 import uuid
 from datetime import datetime, timedelta
 from functools import cache
+from types import SimpleNamespace
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone as dj_timezone
@@ -22,8 +23,9 @@ from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron, validate_timezone
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.executions import cancel_pending_executions
-from scheduler.misfire import MisfireRule, jittered_ms
+from scheduler.misfire import MisfirePolicy, MisfireRule, jittered_ms, plan_occurrences
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy
+from scheduler.occurrences import record_misfires
 from scheduler.retry import RetryPolicy
 from scheduler.timers import TimerStore
 from search import audit
@@ -361,9 +363,10 @@ def pause(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
 
 
 def resume(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
-    """Fire a paused job again. Occurrences that fell due while it was paused are handed to the
-    beat as late ones, so the job's misfire policy decides (default: the latest fires once, the
-    others are recorded as skipped); a one-time job whose time passed fires at once.
+    """Fire a paused job again. Occurrences that fell due while it was paused follow the job's
+    misfire policy with no grace (pausing meant "not now"): ``fire_once`` fires the latest of
+    them at once, ``fire_all`` the first ones up to its limit, ``skip`` none; every one not fired
+    is recorded as skipped. A one-time job whose time passed fires at once (``skip``: not at all).
     False when it was not PAUSED."""
     with transaction.atomic():
         job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
@@ -372,19 +375,45 @@ def resume(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
             raise JobNotFound(f"no job {job_id} for this tenant")
         if job.status != JobStatus.PAUSED:
             return False
-        now = now_ms()
-        if job.cron_expression:
-            paused_ms = datetime_to_ms(job.paused_at) if job.paused_at else now
-            fire_ms = parse_cron(job.cron_expression, job.timezone).next_fire_ms(paused_ms)
-            fire_ms = jittered_ms(str(job.job_id), fire_ms, job.jitter_ms)
-        else:
-            fire_ms = datetime_to_ms(job.next_run_at) if job.next_run_at else now
+        fire_ms = _resume_fire_ms(job, now_ms())
+        if fire_ms is None:  # a one-time job whose time passed while paused, policy skip
+            job.status, job.next_run_at, job.paused_at = JobStatus.COMPLETED, None, None
+            job.save(update_fields=["status", "next_run_at", "paused_at", "updated_at"])
+            audit.record(audit.JOB_RESUMED, tenant_id=job.tenant_id, job_id=job.job_id,
+                         actor=by, data={"next_run_at": None})
+            return True
         job.status, job.next_run_at, job.paused_at = JobStatus.ACTIVE, ms_to_datetime(fire_ms), None
         job.save(update_fields=["status", "next_run_at", "paused_at", "updated_at"])
         audit.record(audit.JOB_RESUMED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by,
                      data={"next_run_at": job.next_run_at})
         _add_timer_on_commit(job)
     return True
+
+
+def _resume_fire_ms(job: Job, now: int) -> int | None:
+    """When a resumed job fires next; records the occurrences missed while paused that will
+    not fire. None: nothing left to fire."""
+    schedule = parse_cron(job.cron_expression, job.timezone) if job.cron_expression else None
+    if schedule is None:
+        if job.next_run_at is None:
+            return now
+        first_ms = datetime_to_ms(job.next_run_at)
+    else:
+        paused_ms = datetime_to_ms(job.paused_at) if job.paused_at else now
+        first_ms = jittered_ms(str(job.job_id), schedule.next_fire_ms(paused_ms), job.jitter_ms)
+    if first_ms > now:
+        return first_ms
+    plan = plan_occurrences(
+        schedule=schedule, fire_at_ms=first_ms, now_ms=now, grace_ms=0,
+        rule=MisfireRule(MisfirePolicy(job.misfire_policy), job.misfire_fire_all_limit or 1),
+    )
+    ledger = SimpleNamespace(job_id=str(job.job_id), tenant_id=str(job.tenant_id))
+    record_misfires([(ledger, ms, f"{reason}, while paused") for ms, reason in plan.skipped])
+    if plan.fire_ms:
+        return plan.fire_ms[0]
+    if plan.next_ms is None:
+        return None
+    return jittered_ms(str(job.job_id), plan.next_ms, job.jitter_ms)
 
 
 def trigger(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:

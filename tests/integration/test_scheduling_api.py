@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import api
+from scheduler.clock import datetime_to_ms
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.models import Job
 from scheduler.retry import RetryPolicy
@@ -74,3 +75,44 @@ def test_a_payload_over_the_limit_is_refused_and_nothing_is_written(tenant, redi
 def test_an_unknown_overlap_policy_is_refused(tenant, redis_client):
     with pytest.raises(InvalidJob, match="allow, skip, buffer_one, cancel_previous"):
         api.schedule_cron("chrono.noop", tenant=tenant, cron="* * * * *", overlap="sometimes")
+
+
+def _paused_every_second(tenant, policy):
+    """A per-second cron job paused 2.5 s before the current second began: exactly three of its
+    occurrences (the last three whole seconds) fell while paused."""
+    import time
+
+    from scheduler.clock import ms_to_datetime, now_ms
+    from scheduler.misfire import MisfireRule
+
+    while now_ms() % 1000 > 400:  # keep clear of a second boundary
+        time.sleep(0.05)
+    job = api.schedule_cron("chrono.noop", tenant=tenant, cron="* * * * * *",
+                            misfire=MisfireRule(policy, 2))
+    api.pause(job.job_id, tenant=tenant)
+    second = now_ms() // 1000 * 1000
+    Job.objects.filter(pk=job.pk).update(paused_at=ms_to_datetime(second - 2_500))
+    return job
+
+
+@pytest.mark.parametrize(("policy", "fired", "skipped"),
+                         [("fire_once", 1, 2), ("fire_all", 2, 1), ("skip", 0, 3)])
+def test_occurrences_missed_while_paused_follow_the_misfire_policy_with_no_grace(
+    tenant, redis_client, policy, fired, skipped
+):
+    from scheduler.clock import now_ms
+    from scheduler.misfire import MisfirePolicy
+    from scheduler.models import Execution
+
+    job = _paused_every_second(tenant, MisfirePolicy(policy))
+    assert api.resume(job.job_id, tenant=tenant)
+    job.refresh_from_db()
+    ledger = list(Execution.objects.filter(job=job, status="SKIPPED"))
+    assert len(ledger) == skipped
+    assert all("while paused" in e.reason for e in ledger)
+    next_ms = datetime_to_ms(job.next_run_at)
+    if fired:  # the first occurrence to fire is already due: the beat fires it at once
+        assert next_ms <= now_ms()
+    else:
+        assert next_ms > now_ms()
+    assert api.timer_store().fire_time_of(str(job.job_id)) == next_ms
