@@ -61,11 +61,23 @@ def idempotent(handler: Handler) -> Handler:
             ).delete()
             raise
         IdempotencyRecord.objects.filter(tenant=tenant, key=key).update(
-            response_status=response.status_code, response_body=response.data
+            response_status=response.status_code, response_body=storable(response.data)
         )
         return response
 
     return wrapper
+
+
+def storable(value: object) -> object:
+    """``value`` with every NUL character written out as ``\\u0000``: PostgreSQL's jsonb cannot
+    hold NUL, and an error message may quote a client's input that contains one."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    return value
 
 
 def request_fingerprint(request: Request) -> str:

@@ -79,9 +79,12 @@ def unknown_field_errors(item: dict, allowed: tuple[str, ...]) -> Errors:
     for key in item:
         if key in allowed:
             continue
-        close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+        # A NUL in the name is echoed escaped: PostgreSQL cannot store it (idempotency records
+        # keep the answer), and a client cannot act on an invisible character anyway.
+        name = str(key).replace("\x00", "\\u0000")
+        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        errors[str(key)] = [f"Unknown field; {hint}the fields are: {', '.join(allowed)}."]
+        errors[name] = [f"Unknown field; {hint}the fields are: {', '.join(allowed)}."]
     return errors
 
 

@@ -263,3 +263,25 @@ def test_an_id_that_is_not_a_uuid_is_404(tenant_api):
         assert response.json() == {"detail": "No job with this id."}
     response = tenant_api.post(f"{JOBS}not-a-uuid/pause/")
     assert response.status_code == 404
+
+
+def test_an_unknown_field_whose_name_holds_a_nul_is_refused_not_a_server_error(tenant_api):
+    body = b'[{"job_type": "tests.noop", "delay_ms": 1000, "x\\u0000y": 1}]'
+    response = tenant_api.post("/api/v1/jobs/bulk/", body, content_type="application/json",
+                               HTTP_IDEMPOTENCY_KEY="nul-in-a-field-name")
+    assert response.status_code == 400
+    assert "x\\u0000y" in response.json()["errors"][0]["field"]
+
+
+@pytest.mark.parametrize("item", [
+    {"job_type": "tests.noop", "run_at": "2030-01-01T00:00:00\u0000"},
+    {"job_type": "tests.noop", "cron_expression": "0 0 * * \u0000"},
+    {"job_type": "tests.noop", "cron_expression": "0 0 * * *", "timezone": "Europe/\u0000"},
+])
+def test_a_nul_quoted_back_in_an_error_is_stored_for_idempotent_replay(tenant_api, item):
+    for path, body in (("/api/v1/jobs/", item), ("/api/v1/jobs/bulk/", [item])):
+        first = tenant_api.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY=f"nul{path}")
+        again = tenant_api.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY=f"nul{path}")
+        assert first.status_code == again.status_code == 400, first.content
+        assert again.json() == first.json() or "\\u0000" in again.content.decode()
+
