@@ -98,7 +98,9 @@ def existing_ids(tenant_api, staff_cookies):
 
 
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
+# Derandomized: every run of the suite tries the same examples, so CI is repeatable. When the
+# API changes, explore further by hand with derandomize=False and a larger MAX_EXAMPLES.
+@settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 def test_no_operation_answers_a_server_error_or_outside_its_schema(
     case, tenant_api, staff_cookies, existing_ids, chrono_config
