@@ -45,11 +45,11 @@ def decide(
     """``(status, delay ms or None, reason)`` after ``attempt`` failed with ``error_type``."""
     if policy.should_retry(failed_attempt=attempt, error_type=error_type):
         return "RETRY_WAIT", policy.delay_ms(attempt + 1, rng), ""
-    if policy.max_attempts == 1 and error_type not in policy.non_retryable:
+    if policy.is_non_retryable(error_type):
+        return "DEAD_LETTERED", None, f"{error_type} is not retryable"
+    if policy.max_attempts == 1:
         return "FAILED", None, ""
-    if attempt >= policy.max_attempts:
-        return "DEAD_LETTERED", None, f"gave up after {attempt} attempts"
-    return "DEAD_LETTERED", None, f"{error_type} is not retryable"
+    return "DEAD_LETTERED", None, f"gave up after {attempt} attempts"
 
 
 def end_attempt(

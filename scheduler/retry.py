@@ -58,9 +58,13 @@ class RetryPolicy:
         """A delay before ``attempt`` drawn with full jitter."""
         return int(rng.uniform(0, self.delay_bound_ms(attempt)))
 
+    def is_non_retryable(self, error_type: str) -> bool:
+        """Whether ``error_type`` (``module.Class``) is listed, by full or short name."""
+        return error_type in self.non_retryable or _short(error_type) in self.non_retryable
+
     def should_retry(self, *, failed_attempt: int, error_type: str) -> bool:
         """Whether the attempt that just failed gets another one."""
-        if error_type in self.non_retryable or _short(error_type) in self.non_retryable:
+        if self.is_non_retryable(error_type):
             return False
         return failed_attempt < self.max_attempts
 
