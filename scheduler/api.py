@@ -128,14 +128,18 @@ def schedule_once(
     retry: RetryPolicy | None = None,
     soft_timeout_ms: int | None = None,
     hard_timeout_ms: int | None = None,
+    misfire: MisfireRule | None = None,
     by: str = "",
 ) -> Job:
     """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` a time.
 
     ``retry`` is the backoff between attempts (its ``max_attempts``, when given, wins over
     ``max_retries``); the timeouts are enforced by the worker (soft: ``SoftTimeLimitExceeded``
-    in the task; hard: the process is killed and the attempt is lost, then retried)."""
+    in the task; hard: the process is killed and the attempt is lost, then retried).
+    ``misfire`` decides whether the job still runs when it is dispatched more than the beat's
+    misfire grace late (``skip``: it does not; default: it runs once)."""
     fire_ms = _one_time_fire_ms(delay, at)
+    misfire = misfire or MisfireRule()
     return _create(
         tenant,
         idempotency_key,
@@ -146,6 +150,8 @@ def schedule_once(
         kwargs=kwargs,
         queue=queue or get_config().default_queue,
         next_run_at=ms_to_datetime(fire_ms),
+        misfire_policy=misfire.policy.value,
+        misfire_fire_all_limit=misfire.fire_all_limit,
         **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms),
     )
 
@@ -212,17 +218,21 @@ def _execution_options(
     if max_retries < 0:
         raise InvalidJob(f"max_retries is negative ({max_retries}); use 0 or more",
                          field="max_retries")
+    _check_timeouts(soft_timeout_ms, hard_timeout_ms)
+    policy = retry.to_json() if retry is not None else {}
+    if retry is not None:
+        max_retries = retry.max_attempts - 1
+    return {"max_retries": max_retries, "retry_policy": policy,
+            "soft_timeout_ms": soft_timeout_ms, "hard_timeout_ms": hard_timeout_ms}
+
+
+def _check_timeouts(soft_timeout_ms: int | None, hard_timeout_ms: int | None) -> None:
     for name, value in (("soft_timeout_ms", soft_timeout_ms), ("hard_timeout_ms", hard_timeout_ms)):
         if value is not None and value < 1:
             raise InvalidJob(f"{name} must be a positive number of ms, got {value}", field=name)
     if soft_timeout_ms and hard_timeout_ms and soft_timeout_ms >= hard_timeout_ms:
         raise InvalidJob("soft_timeout_ms must be below hard_timeout_ms, so the task is warned "
                          "before it is killed", field="soft_timeout_ms")
-    policy = retry.to_json() if retry is not None else {}
-    if retry is not None:
-        max_retries = retry.max_attempts - 1
-    return {"max_retries": max_retries, "retry_policy": policy,
-            "soft_timeout_ms": soft_timeout_ms, "hard_timeout_ms": hard_timeout_ms}
 
 
 def _overlap(value: OverlapPolicy | str) -> str:
@@ -465,6 +475,84 @@ def reschedule(
         if job.status == JobStatus.ACTIVE:
             _add_timer_on_commit(job)
     return job
+
+
+def configure(
+    job_id: uuid.UUID | str,
+    *,
+    tenant: TenantRef,
+    retry: RetryPolicy | None = None,
+    timeouts_ms: tuple[int | None, int | None] | None = None,
+    overlap: OverlapPolicy | str | None = None,
+    misfire: MisfireRule | None = None,
+    jitter_ms: int | None = None,
+    by: str = "",
+) -> Job:
+    """Change how a job's occurrences run; None leaves a setting as it is. ``retry`` replaces
+    the policy (``max_retries`` follows its ``max_attempts``); ``timeouts_ms`` is ``(soft,
+    hard)``, None in it meaning no limit. ``overlap`` and ``jitter_ms`` are for cron jobs; a
+    new jitter moves the pending occurrence within its new spread.
+
+    Occurrences published from now on carry the new settings (the beat reads them from the job
+    row when it publishes; attempts already published keep theirs)."""
+    with transaction.atomic():
+        job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
+            job_id=job_id).first()
+        if job is None:
+            raise JobNotFound(f"no job {job_id} for this tenant")
+        if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
+            raise InvalidJob(f"job is {job.status}; create a new job instead", field="status")
+        changed: list[str] = []
+        if retry is not None:
+            job.retry_policy, job.max_retries = retry.to_json(), retry.max_attempts - 1
+            changed += ["retry_policy", "max_retries"]
+        if timeouts_ms is not None:
+            _check_timeouts(*timeouts_ms)
+            job.soft_timeout_ms, job.hard_timeout_ms = timeouts_ms
+            changed += ["soft_timeout_ms", "hard_timeout_ms"]
+        if misfire is not None:
+            job.misfire_policy = misfire.policy.value
+            job.misfire_fire_all_limit = misfire.fire_all_limit
+            changed += ["misfire_policy", "misfire_fire_all_limit"]
+        if overlap is not None:
+            _cron_only(job, "overlap")
+            job.overlap_policy = _overlap(overlap)
+            changed.append("overlap_policy")
+        if jitter_ms is not None and jitter_ms != job.jitter_ms:
+            _cron_only(job, "jitter_ms")
+            changed += _rejitter(job, jitter_ms)
+        job.save(update_fields=[*changed, "updated_at"])
+        audit.record(audit.JOB_EDITED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by,
+                     data=audit.job_data(job))
+        if "next_run_at" in changed:
+            _add_timer_on_commit(job)
+    return job
+
+
+def _cron_only(job: Job, name: str) -> None:
+    if not job.cron_expression:
+        raise InvalidJob(f"{name} is for cron jobs; this job runs once", field=name)
+
+
+def _rejitter(job: Job, jitter_ms: int) -> list[str]:
+    """Set a cron job's jitter; an ACTIVE job's pending occurrence moves within its new spread
+    (a paused one gets its jitter when resumed). Returns the fields changed."""
+    schedule = parse_cron(job.cron_expression, job.timezone)
+    first_ms = schedule.next_fire_ms(now_ms())
+    _check_jitter(jitter_ms, first_ms, schedule.next_fire_ms(first_ms))
+    old_jitter, job.jitter_ms = job.jitter_ms, jitter_ms
+    if job.status != JobStatus.ACTIVE or job.next_run_at is None:
+        return ["jitter_ms"]
+    # The occurrence waiting now is the fire time the old spread delayed into next_run_at: the
+    # first one after next_run_at - old_jitter (a smaller gap than the jitter is refused).
+    pending_ms = datetime_to_ms(job.next_run_at)
+    occurrence_ms = schedule.next_fire_ms(pending_ms - old_jitter - 1)
+    if jittered_ms(str(job.job_id), occurrence_ms, old_jitter) != pending_ms:
+        # Not a regular occurrence (a trigger, an overlap re-check): it keeps its time, and
+        # the new spread applies from the next occurrence.
+        return ["jitter_ms"]
+    job.next_run_at = ms_to_datetime(jittered_ms(str(job.job_id), occurrence_ms, jitter_ms))
+    return ["jitter_ms", "next_run_at"]
 
 
 def delete(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> None:

@@ -77,6 +77,38 @@ def test_an_unknown_overlap_policy_is_refused(tenant, redis_client):
         api.schedule_cron("chrono.noop", tenant=tenant, cron="* * * * *", overlap="sometimes")
 
 
+def test_configure_changes_how_occurrences_run_and_keeps_max_retries_in_step(
+    tenant, redis_client
+):
+    from scheduler.misfire import MisfirePolicy, MisfireRule
+
+    job = api.schedule_cron("chrono.noop", tenant=tenant, cron="*/10 * * * *", max_retries=1)
+    policy = RetryPolicy(max_attempts=6, initial_delay_ms=10)
+    api.configure(job.job_id, tenant=tenant, retry=policy, timeouts_ms=(1_000, None),
+                  overlap="allow", misfire=MisfireRule(MisfirePolicy.FIRE_ALL, 2), jitter_ms=5_000)
+    job.refresh_from_db()
+    assert (job.max_retries, RetryPolicy.from_json(job.retry_policy)) == (5, policy)
+    assert (job.soft_timeout_ms, job.hard_timeout_ms, job.overlap_policy) == (1_000, None, "allow")
+    assert (job.misfire_policy, job.misfire_fire_all_limit, job.jitter_ms) == ("fire_all", 2, 5_000)
+    assert api.timer_store().fire_time_of(str(job.job_id)) == datetime_to_ms(job.next_run_at)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"jitter_ms": 5}, "jitter_ms", "for cron jobs"),
+        ({"overlap": "allow"}, "overlap", "for cron jobs"),
+        ({"timeouts_ms": (2_000, 2_000)}, "soft_timeout_ms", "below hard_timeout_ms"),
+    ],
+)
+def test_configure_refuses_what_does_not_fit_the_job(tenant, redis_client, kwargs, field,
+                                                     message):
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+    with pytest.raises(InvalidJob) as error:
+        api.configure(job.job_id, tenant=tenant, **kwargs)
+    assert error.value.field == field and message in error.value.message
+
+
 def _paused_every_second(tenant, policy):
     """A per-second cron job paused 2.5 s before the current second began: exactly three of its
     occurrences (the last three whole seconds) fell while paused."""
