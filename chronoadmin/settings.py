@@ -97,6 +97,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
         "ExecutionStatusEnum": "scheduler.models.ExecutionStatus",
+        "OverlapPolicyEnum": "scheduler.models.OverlapPolicy",
+        "MisfirePolicyEnum": "scheduler.models.MisfirePolicyChoice",
     },
     "PREPROCESSING_HOOKS": ["chronoadmin.api.schema.exclude_aliases"],
     "POSTPROCESSING_HOOKS": [

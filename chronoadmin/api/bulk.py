@@ -22,10 +22,17 @@ from django.utils import timezone as dj_timezone
 from chronoadmin.api import quota
 from chronoadmin.api.errors import NON_FIELD
 from chronoadmin.api.parsers import MalformedLine
-from chronoadmin.api.validation import JobSpec, Limits, SpecInvalid, parse_job_spec
+from chronoadmin.api.validation import (
+    ExecutionOptions,
+    JobSpec,
+    Limits,
+    SpecInvalid,
+    parse_job_spec,
+)
 from chronoadmin.config import get_config
 from scheduler.api import timer_store
 from scheduler.clock import ms_to_datetime
+from scheduler.misfire import jittered_ms
 from scheduler.models import Job, JobStatus
 from search import audit
 
@@ -36,8 +43,11 @@ _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\
 # The UUID variant bits (10xx) in the 17th hex digit, from any random digit.
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 # Columns COPY fills per row, in row order; every other column of the table is a constant.
+# The execution options come last, written as one piece (most jobs of a batch share theirs).
+_OPTION_COLUMNS = ("max_retries", "retry_policy", "soft_timeout_ms", "hard_timeout_ms",
+                   "overlap_policy", "misfire_policy", "misfire_fire_all_limit", "jitter_ms")
 _PER_ROW = ("job_id", "name", "job_type", "cron_expression", "timezone", "next_run_at",
-            "max_retries", "args", "kwargs", "queue")
+            "args", "kwargs", "queue", *_OPTION_COLUMNS)
 _PER_REQUEST = ("tenant", "status", "created_at", "updated_at")
 
 
@@ -87,7 +97,8 @@ def _copy_plan() -> _CopyPlan:
 
 
 def validate_items(items: list, limits: Limits) -> tuple[BulkResult, list[JobSpec]]:
-    """Check every item; ids are assigned to the valid ones (in order) and errors to the rest."""
+    """Check every item; ids are assigned to the valid ones (in order) and errors to the rest.
+    A cron job with jitter gets its first occurrence spread by its id, as schedule_cron does."""
     result = BulkResult(ids=[None] * len(items))
     specs: list[JobSpec] = []
     valid: list[int] = []
@@ -104,8 +115,10 @@ def validate_items(items: list, limits: Limits) -> tuple[BulkResult, list[JobSpe
                     errors.append({"index": index, "field": field_name, "message": message})
             continue
         valid.append(index)
-    for index, job_id in zip(valid, new_job_ids(len(valid)), strict=True):
+    for index, job_id, spec in zip(valid, new_job_ids(len(valid)), specs, strict=True):
         result.ids[index] = job_id
+        if spec.options.jitter_ms:
+            spec.fire_at_ms = jittered_ms(job_id, spec.fire_at_ms, spec.options.jitter_ms)
     return result, specs
 
 
@@ -157,12 +170,30 @@ def copy_jobs(tenant_id: uuid.UUID, job_ids: list[str], specs: list[JobSpec]) ->
 
 def _copy_lines(job_ids: list[str], specs: list[JobSpec], constants: str) -> str:
     escape, to_datetime = _escape, ms_to_datetime
+    # Looked up by identity per row (the specs without options share one object,
+    # validation.DEFAULT_OPTIONS), formatted once per distinct value.
+    by_value: dict[ExecutionOptions, str] = {}
+    options_text = {}
+    for options in {id(spec.options): spec.options for spec in specs}.values():
+        if options not in by_value:
+            by_value[options] = _options_text(options)
+        options_text[id(options)] = by_value[options]
     return "".join([
         f"{job_id}\t{escape(spec.name)}\t{spec.job_type}\t{spec.cron_expression or NULL}\t"
-        f"{spec.timezone}\t{to_datetime(spec.fire_at_ms).isoformat()}\t{spec.max_retries}\t"
-        f"{escape(spec.args_json)}\t{escape(spec.kwargs_json)}\t{spec.queue}\t{constants}\n"
+        f"{spec.timezone}\t{to_datetime(spec.fire_at_ms).isoformat()}\t"
+        f"{escape(spec.args_json)}\t{escape(spec.kwargs_json)}\t{spec.queue}\t"
+        f"{options_text[id(spec.options)]}\t{constants}\n"
         for job_id, spec in zip(job_ids, specs, strict=True)
     ])
+
+
+def _options_text(options: ExecutionOptions) -> str:
+    """The _OPTION_COLUMNS of a row, as COPY text."""
+    return "\t".join(_copy_text(value) for value in (
+        options.max_retries, options.retry_policy_json, options.soft_timeout_ms,
+        options.hard_timeout_ms, options.overlap_policy, options.misfire_policy,
+        options.misfire_fire_all_limit, options.jitter_ms,
+    ))
 
 
 def _escape(text: str) -> str:

@@ -24,6 +24,13 @@ _API_FIELD = {
     "args": "args",
     "kwargs": "kwargs",
     "status": "status",
+    "max_retries": "max_retries",
+    "retry": "retry_policy",
+    "soft_timeout_ms": "soft_timeout_ms",
+    "hard_timeout_ms": "hard_timeout_ms",
+    "overlap": "overlap_policy",
+    "misfire": "misfire_policy",
+    "jitter_ms": "jitter_ms",
 }
 
 

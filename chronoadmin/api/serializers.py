@@ -10,9 +10,17 @@ from rest_framework import serializers
 
 from chronoadmin.api.errors import RequestTooLarge
 from chronoadmin.api.validation import (
+    EXCEPTION_NAME,
     MAX_AHEAD_MS,
+    MAX_ATTEMPTS,
+    MAX_FIRE_ALL_LIMIT,
+    MAX_JITTER_MS,
+    MAX_MULTIPLIER,
+    MAX_NON_RETRYABLE,
     MAX_RETRIES,
+    MAX_RETRY_DELAY_MS,
     MAX_TEXT_LENGTH,
+    MAX_TIMEOUT_MS,
     QUEUE_NAME,
     TASK_NAME,
     JobSpec,
@@ -28,7 +36,8 @@ from reaper.models import Worker
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import format_fire_time, parse_cron
 from scheduler.errors import InvalidSchedule
-from scheduler.models import Execution, Job, JobStatus
+from scheduler.models import Execution, Job, JobStatus, MisfirePolicyChoice, OverlapPolicy
+from scheduler.retry import RetryPolicy, effective_policy
 
 NEXT_FIRE_TIMES = 5
 
@@ -82,21 +91,100 @@ class JobCreateSerializer(serializers.Serializer):
             raise serializers.ValidationError(exc.errors) from None
 
 
-class _JobFieldsSerializer(serializers.Serializer):
-    """Fields every kind of job takes (schema only; JobCreateSerializer validates)."""
+def _pattern(regex) -> str:
+    return "^" + regex.pattern.removesuffix("\\Z") + "$"
+
+
+class RetryPolicySerializer(serializers.Serializer):
+    """How failed attempts are retried: exponential backoff with full jitter. In a request,
+    keys left out keep their value (the default, or the job's on a PATCH)."""
+
+    max_attempts = serializers.IntegerField(
+        min_value=1, max_value=MAX_ATTEMPTS, required=False,
+        help_text="Attempts in all, the first run included (1 = no retry); max_retries + 1.",
+    )
+    initial_delay_ms = serializers.IntegerField(
+        min_value=0, max_value=MAX_RETRY_DELAY_MS, required=False,
+        help_text="Upper bound of the delay before the first retry (default 1000).",
+    )
+    multiplier = serializers.FloatField(
+        min_value=1, max_value=MAX_MULTIPLIER, required=False,
+        help_text="Factor by which the bound grows at each retry (default 2.0).",
+    )
+    max_delay_ms = serializers.IntegerField(
+        min_value=0, max_value=MAX_RETRY_DELAY_MS, required=False,
+        help_text="Cap of the bound (default 300000); at least initial_delay_ms.",
+    )
+    non_retryable = serializers.ListField(
+        child=serializers.RegexField(_pattern(EXCEPTION_NAME), max_length=MAX_TEXT_LENGTH),
+        max_length=MAX_NON_RETRYABLE, required=False,
+        help_text="Exception classes (short or dotted name) that end the execution at once.",
+    )
+
+
+class _ExecutionFieldsSerializer(serializers.Serializer):
+    """The execution options every kind of job takes (schema only)."""
+
+    max_retries = serializers.IntegerField(
+        min_value=0, max_value=MAX_RETRIES, required=False,
+        help_text="Retries after the first run (default 0): retry_policy.max_attempts - 1. "
+        "Give either; when both are given they must agree.",
+    )
+    retry_policy = RetryPolicySerializer(required=False)
+    soft_timeout_ms = serializers.IntegerField(
+        min_value=1, max_value=MAX_TIMEOUT_MS, required=False, allow_null=True,
+        help_text="The task gets SoftTimeLimitExceeded after this long (null: no limit).",
+    )
+    hard_timeout_ms = serializers.IntegerField(
+        min_value=1, max_value=MAX_TIMEOUT_MS, required=False, allow_null=True,
+        help_text="The worker process is killed after this long and the attempt is lost, then "
+        "retried (null: no limit). Above soft_timeout_ms.",
+    )
+    misfire_policy = serializers.ChoiceField(
+        MisfirePolicyChoice.choices, required=False,
+        help_text="What an occurrence dispatched later than the misfire grace does: fire_once "
+        "(default: the latest late one runs), fire_all, skip.",
+    )
+    misfire_fire_all_limit = serializers.IntegerField(
+        min_value=1, max_value=MAX_FIRE_ALL_LIMIT, required=False,
+        help_text="With misfire_policy fire_all: at most this many late occurrences run "
+        "(default 10).",
+    )
+
+
+class _CronOptionsSerializer(serializers.Serializer):
+    """The execution options of cron jobs only (schema only)."""
+
+    overlap_policy = serializers.ChoiceField(
+        OverlapPolicy.choices, required=False,
+        help_text="What an occurrence does while the previous one still waits or runs: allow, "
+        "skip (default), buffer_one, cancel_previous.",
+    )
+    jitter_ms = serializers.IntegerField(
+        min_value=0, max_value=MAX_JITTER_MS, required=False,
+        help_text="Delay each occurrence by a fixed spread in [0, jitter_ms), below the gap "
+        "between occurrences (default 0).",
+    )
+
+
+class _JobBasicsSerializer(serializers.Serializer):
+    """What a job runs (schema only)."""
 
     job_type = serializers.RegexField(
-        "^" + TASK_NAME.pattern.removesuffix("\\Z") + "$", max_length=MAX_TEXT_LENGTH,
+        _pattern(TASK_NAME), max_length=MAX_TEXT_LENGTH,
         help_text="The Celery task to run, e.g. 'billing.tasks.send_invoice'.",
     )
     name = serializers.CharField(max_length=MAX_TEXT_LENGTH, required=False, allow_blank=True)
     queue = serializers.RegexField(
-        "^" + QUEUE_NAME.pattern.removesuffix("\\Z") + "$", max_length=MAX_TEXT_LENGTH,
+        _pattern(QUEUE_NAME), max_length=MAX_TEXT_LENGTH,
         required=False, help_text="Queue name (default 'chrono').",
     )
     args = serializers.ListField(child=serializers.JSONField(), required=False)
     kwargs = serializers.DictField(child=serializers.JSONField(), required=False)
-    max_retries = serializers.IntegerField(min_value=0, max_value=MAX_RETRIES, required=False)
+
+
+class _JobFieldsSerializer(_JobBasicsSerializer, _ExecutionFieldsSerializer):
+    """Fields every kind of job takes (schema only; JobCreateSerializer validates)."""
 
 
 class OneTimeJobAtSerializer(_JobFieldsSerializer):
@@ -111,7 +199,7 @@ class OneTimeJobAfterSerializer(_JobFieldsSerializer):
     delay_ms = serializers.IntegerField(min_value=0, max_value=MAX_AHEAD_MS)
 
 
-class CronJobSerializer(_JobFieldsSerializer):
+class CronJobSerializer(_JobFieldsSerializer, _CronOptionsSerializer):
     """A recurring job on ``cron_expression``, evaluated in ``timezone`` (default UTC)."""
 
     cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH)
@@ -125,9 +213,11 @@ JOB_CREATE_SCHEMA = PolymorphicProxySerializer(
 )
 
 
-class JobUpdateSerializer(serializers.Serializer):
+class JobUpdateSerializer(_ExecutionFieldsSerializer, _CronOptionsSerializer):
     """A change of when a job fires: ``run_at`` (one-time jobs) or ``cron_expression`` and/or
-    ``timezone`` (cron jobs)."""
+    ``timezone`` (cron jobs); and of its execution options (``overlap_policy`` and
+    ``jitter_ms`` for cron jobs only). A ``retry_policy`` is merged into the job's: keys left
+    out keep their value."""
 
     run_at = serializers.DateTimeField(required=False)
     cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH, required=False)
@@ -166,15 +256,33 @@ def next_fire_times(job: Job, *, count: int = NEXT_FIRE_TIMES) -> list[dict[str,
     return [{"utc": utc_iso(ms), "local": format_fire_time(ms, job.timezone)} for ms in times]
 
 
+def retry_policy_of(job: Job) -> dict[str, object]:
+    """The policy a job's attempts follow, every key filled in (max_retries gives max_attempts
+    when the job has no policy of its own)."""
+    try:
+        return effective_policy(job.retry_policy, job.max_retries).to_json()
+    except (TypeError, ValueError):  # a row written by hand; the API never stores one
+        return RetryPolicy(max_attempts=job.max_retries + 1).to_json()
+
+
 class JobSerializer(serializers.ModelSerializer):
+    retry_policy = serializers.SerializerMethodField(
+        help_text="The retry policy the job's attempts follow, defaults filled in."
+    )
+
     class Meta:
         model = Job
         fields = (
             "job_id", "name", "job_type", "status", "cron_expression", "timezone", "next_run_at",
-            "queue", "args", "kwargs", "max_retries", "retry_count", "created_at", "updated_at",
-            "cancelled_at",
+            "queue", "args", "kwargs", "max_retries", "retry_policy", "soft_timeout_ms",
+            "hard_timeout_ms", "overlap_policy", "misfire_policy", "misfire_fire_all_limit",
+            "jitter_ms", "retry_count", "created_at", "updated_at", "cancelled_at",
         )  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(RetryPolicySerializer)
+    def get_retry_policy(self, job: Job) -> dict[str, object]:
+        return retry_policy_of(job)
 
 
 class JobDetailSerializer(JobSerializer):

@@ -103,7 +103,8 @@ def test_unknown_fields_are_refused_with_a_suggestion(tenant_api):
     response = create(tenant_api, delay_ms=0, run_time="2099-01-01T00:00:00Z", priority=3)
     assert response.status_code == 400
     fields = ("job_type, name, queue, args, kwargs, max_retries, run_at, delay_ms, "
-              "cron_expression, timezone")
+              "cron_expression, timezone, retry_policy, soft_timeout_ms, hard_timeout_ms, "
+              "overlap_policy, misfire_policy, misfire_fire_all_limit, jitter_ms")
     assert response.json() == {
         "run_time": [f"Unknown field; did you mean 'run_at'? the fields are: {fields}."],
         "priority": [f"Unknown field; the fields are: {fields}."],
@@ -215,12 +216,13 @@ def test_patch_with_nothing_or_unknown_fields_is_refused(tenant_api):
     job_id = create(tenant_api, delay_ms=1000).json()["job_id"]
     response = tenant_api.patch_json(f"{JOBS}{job_id}/", {})
     assert response.status_code == 400
-    assert response.json() == {"non_field_errors": [
-        "Nothing to change: give one of run_at, cron_expression, timezone."]}
+    fields = ("run_at, cron_expression, timezone, max_retries, retry_policy, soft_timeout_ms, "
+              "hard_timeout_ms, overlap_policy, misfire_policy, misfire_fire_all_limit, "
+              "jitter_ms")
+    assert response.json() == {"non_field_errors": [f"Nothing to change: give one of {fields}."]}
     response = tenant_api.patch_json(f"{JOBS}{job_id}/", {"queue": "other"})
     assert response.status_code == 400
-    assert response.json() == {"queue": [
-        "Unknown field; the fields are: run_at, cron_expression, timezone."]}
+    assert response.json() == {"queue": [f"Unknown field; the fields are: {fields}."]}
 
 
 def test_list_refuses_unknown_parameters_bad_filters_orderings_and_page_sizes(tenant_api):
