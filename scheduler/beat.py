@@ -28,7 +28,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import redis
-from django.db import DatabaseError, close_old_connections
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    ProgrammingError,
+    close_old_connections,
+)
 
 from chronoadmin.config import ChronoConfig
 from scheduler import occurrences
@@ -74,6 +80,7 @@ class BeatCounters:
     misfired: int = 0
     overlap_skipped: int = 0
     failed_iterations: int = 0
+    refused: int = 0
     last_tick_ms: int = 0
     dispatch_lateness_ms: list[int] = field(default_factory=list)
     phase_ms: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -95,8 +102,8 @@ class BeatCounters:
         return (
             f"published={self.published} batches={self.batches} redelivered={self.redelivered} "
             f"stale={self.stale} inactive={self.skipped_inactive} fenced={self.fenced} "
-            f"misfired={self.misfired} "
-            f"failed_iterations={self.failed_iterations} lateness_p50={p50} p99={p99} {phases}"
+            f"misfired={self.misfired} failed_iterations={self.failed_iterations} "
+            f"refused={self.refused} lateness_p50={p50} p99={p99} {phases}"
         )
 
 
@@ -289,11 +296,17 @@ class Beat:
                 )
             self._fenced(fenced)
             if claimed:
-                self.dispatch(claimed)
+                dispatch_isolating(self.dispatch, claimed, self._refused)
             per_shard: dict[int, int] = defaultdict(int)
             for timer in claimed:
                 per_shard[timer.shard] += 1
             shards = [s for s, n in per_shard.items() if n >= limit]
+
+    def _refused(self, timer: ClaimedTimer, exc: DatabaseError) -> None:
+        self.counters.refused += 1
+        log.error("replica %s: PostgreSQL refused timer %s due at %d; it stays inflight and is "
+                  "tried again after its ack deadline: %r", self.replica_id, timer.timer_id,
+                  timer.fire_at_ms, exc)
 
     def _fenced(self, shards: list[int]) -> None:
         if shards:
@@ -314,7 +327,7 @@ class Beat:
             jobs = occurrences.load_and_insert([(t.timer_id, t.fire_at_ms) for t in claimed])
         batch = ConfirmedBatch(leases=dict(self.ownership.leases))
         now = self.clock()
-        misfires: list[tuple[occurrences.DueJob, int, str | None]] = []
+        skipped: list[tuple[occurrences.DueJob, int, str | None]] = []
         for timer in claimed:
             job = jobs.get(timer.timer_id)
             if job is None or not job.is_active:
@@ -327,12 +340,15 @@ class Beat:
                 batch.acks.append((timer, job.next_run_ms))
             else:
                 plan = self._plan(job, timer.fire_at_ms, now)
-                if plan.fire_ms != [timer.fire_at_ms] or plan.skipped:
-                    misfires += [(job, ms, None) for ms in plan.fire_ms if ms != timer.fire_at_ms]
-                    misfires += [(job, ms, reason) for ms, reason in plan.skipped]
-                    self.counters.misfired += len(plan.skipped)
+                skipped += [(job, ms, reason) for ms, reason in plan.skipped]
+                self.counters.misfired += len(plan.skipped)
                 batch.fired.append((timer, job, plan.fire_ms, plan.next_ms))
-        misfires += self._apply_overlap_policies(batch, now)
+        skipped += self._apply_overlap_policies(batch, now)
+        # Rows to write besides the ones the claim inserted: the skipped occurrences, and the
+        # occurrences a misfire plan fires other than the claimed one (decided after the overlap
+        # policies, which may have taken an occurrence out of a plan: one row per occurrence).
+        misfires = skipped + [(job, ms, None) for timer, job, fire_ms_list, _ in batch.fired
+                              for ms in fire_ms_list if ms != timer.fire_at_ms]
         if misfires:
             with self.counters.timed("misfire"):
                 occurrences.record_misfires(misfires)
@@ -460,6 +476,31 @@ class ConfirmedBatch:
         default_factory=list
     )
     confirmed_at_ms: int = 0
+
+
+# Errors PostgreSQL raises for what a statement holds, not for being unreachable: retrying the
+# same batch cannot help, and a smaller one can.
+REFUSALS = (DataError, IntegrityError, ProgrammingError)
+
+
+def dispatch_isolating(
+    dispatch: Callable[[Sequence[ClaimedTimer]], None],
+    claimed: Sequence[ClaimedTimer],
+    refused: Callable[[ClaimedTimer, DatabaseError], None],
+) -> None:
+    """Dispatch a claimed batch; when PostgreSQL refuses it (a :data:`REFUSALS` error),
+    dispatch each half on its own, down to single timers, so that one bad timer holds back
+    only itself and not the jobs that happened to share its batch. A timer refused on its own
+    goes to ``refused`` and stays inflight: it is claimed again after its ack deadline."""
+    try:
+        dispatch(claimed)
+    except REFUSALS as exc:
+        if len(claimed) == 1:
+            refused(claimed[0], exc)
+            return
+        middle = len(claimed) // 2
+        dispatch_isolating(dispatch, claimed[:middle], refused)
+        dispatch_isolating(dispatch, claimed[middle:], refused)
 
 
 class Recorder(threading.Thread):

@@ -1,0 +1,51 @@
+"""A claimed batch that PostgreSQL refuses is split until only the bad timers are held back."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import OperationalError, ProgrammingError
+
+from scheduler.beat import dispatch_isolating
+from scheduler.timers import ClaimedTimer
+
+
+def timers(*ids: str) -> list[ClaimedTimer]:
+    return [ClaimedTimer(timer_id=i, fire_at_ms=1_000, shard=0, redelivered=False) for i in ids]
+
+
+class FakeDispatch:
+    """Refuses any batch that holds one of ``bad``; records the batches it accepted."""
+
+    def __init__(self, *bad: str, error: type[Exception] = ProgrammingError) -> None:
+        self.bad = set(bad)
+        self.error = error
+        self.accepted: list[str] = []
+        self.calls = 0
+
+    def __call__(self, batch) -> None:
+        self.calls += 1
+        if self.bad & {t.timer_id for t in batch}:
+            raise self.error("ON CONFLICT DO UPDATE command cannot affect row a second time")
+        self.accepted += [t.timer_id for t in batch]
+
+
+def test_a_batch_without_refusal_is_dispatched_once_whole():
+    dispatch, refused = FakeDispatch(), []
+    dispatch_isolating(dispatch, timers("a", "b", "c"), lambda t, e: refused.append(t))
+    assert (dispatch.calls, dispatch.accepted, refused) == (1, ["a", "b", "c"], [])
+
+
+def test_only_the_refused_timers_are_held_back():
+    ids = [f"t{i}" for i in range(100)]
+    dispatch, refused = FakeDispatch("t17", "t80"), []
+    dispatch_isolating(dispatch, timers(*ids), lambda t, e: refused.append(t.timer_id))
+    assert sorted(dispatch.accepted) == sorted(set(ids) - {"t17", "t80"})
+    assert refused == ["t17", "t80"]
+    assert dispatch.calls < 30  # bisection, not one call per timer
+
+
+def test_an_unreachable_database_is_not_split_but_raised_to_the_beat_loop():
+    dispatch = FakeDispatch("a", error=OperationalError)
+    with pytest.raises(OperationalError):
+        dispatch_isolating(dispatch, timers("a", "b"), lambda t, e: None)
+    assert dispatch.calls == 1
