@@ -8,7 +8,8 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-BENCHMARKS = ("dispatch", "failover", "timers", "heartbeats", "recovery", "ingest", "indexer")
+BENCHMARKS = ("dispatch", "drain", "failover", "timers", "heartbeats", "recovery", "ingest",
+              "indexer")
 
 
 class Command(BaseCommand):
