@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection
@@ -30,34 +31,73 @@ class StartedExecution:
     attempt: int
 
 
+@dataclass(frozen=True, slots=True)
+class StartRequest:
+    execution_id: str
+    attempt: int
+    worker_id: str
+    lease_ttl_ms: int
+    at_ms: int
+
+
 def start_execution(
     execution_id: str, *, attempt: int, worker_id: str, lease_ttl_ms: int, at_ms: int | None = None
 ) -> StartedExecution | None:
     """Move an execution to ``RUNNING`` for ``worker_id``; None when it is not startable
     (already running, finished, cancelled, or a stale attempt): the delivery must not run."""
-    at_ms = now_ms() if at_ms is None else at_ms
+    request = StartRequest(execution_id, attempt, worker_id, lease_ttl_ms,
+                           now_ms() if at_ms is None else at_ms)
+    return start_executions([request])[0]
+
+
+def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution | None]:
+    """:func:`start_execution` for many deliveries with one statement (a worker's threads
+    starting together); the result at each request's index. When one execution is asked for
+    twice, only the first request can start it."""
+    if not requests:
+        return []
+    first: dict[tuple[str, int], int] = {}
+    for index, request in enumerate(requests):
+        first.setdefault((request.execution_id, request.attempt), index)
+    unique = [requests[index] for index in first.values()]
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %s, "
-            "started_at = %s, lease_expires_at = %s, fencing_token = fencing_token + 1 "
-            "WHERE execution_id = %s AND attempt = %s "
-            "AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
-            "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
-            "scheduled_for, fencing_token), "
+            "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::text[], "
+            "%s::timestamptz[], %s::timestamptz[]) AS x(execution_id, attempt, worker_id, "
+            "started_at, lease_expires_at)), "
+            "u AS (UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
+            "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
+            "fencing_token = e.fencing_token + 1 FROM x "
+            "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
+            "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+            "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
+            "e.started_at, e.scheduled_for, e.fencing_token), "
             f"a AS ({_STARTED_AUDIT}) "
-            "SELECT fencing_token FROM u",
+            "SELECT execution_id, fencing_token FROM u",
             [
-                worker_id,
-                ms_to_datetime(at_ms),
-                ms_to_datetime(at_ms + lease_ttl_ms),
-                uuid.UUID(execution_id),
-                attempt,
+                [uuid.UUID(r.execution_id) for r in unique],
+                [r.attempt for r in unique],
+                [r.worker_id for r in unique],
+                [ms_to_datetime(r.at_ms) for r in unique],
+                [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
             ],
         )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return StartedExecution(execution_id=execution_id, fencing_token=row[0], attempt=attempt)
+        tokens = {str(execution_id): token for execution_id, token in cursor.fetchall()}
+    results: list[StartedExecution | None] = [None] * len(requests)
+    for (execution_id, attempt), index in first.items():
+        if execution_id in tokens:
+            results[index] = StartedExecution(execution_id, tokens[execution_id], attempt)
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    started: StartedExecution
+    status: str
+    result: object = None
+    error: str = ""
+    exit_code: int | None = None
+    at_ms: int = 0
 
 
 def finish_execution(
@@ -71,25 +111,40 @@ def finish_execution(
 ) -> bool:
     """Record the outcome of a run; False when the fencing check refused it (the lease was
     lost and another attempt owns the execution now)."""
-    at_ms = now_ms() if at_ms is None else at_ms
+    request = FinishRequest(started, status, result, error, exit_code,
+                            now_ms() if at_ms is None else at_ms)
+    return finish_executions([request])[0]
+
+
+def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
+    """:func:`finish_execution` for many runs with one statement; whether each was recorded."""
+    if not requests:
+        return []
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH u AS (UPDATE chrono_execution SET status = %s, finished_at = %s, "
-            "result = %s::jsonb, error = %s, exit_code = %s, lease_expires_at = NULL "
-            "WHERE execution_id = %s AND fencing_token = %s AND status = 'RUNNING' "
-            "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, exit_code, error, "
-            f"started_at, finished_at) {_finished_audit(status)}",
+            "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], "
+            "%s::timestamptz[], %s::text[], %s::text[], %s::int[]) AS x(execution_id, "
+            "fencing_token, status, finished_at, result, error, exit_code)), "
+            "u AS (UPDATE chrono_execution AS e SET status = x.status, "
+            "finished_at = x.finished_at, result = x.result::jsonb, error = x.error, "
+            "exit_code = x.exit_code, lease_expires_at = NULL FROM x "
+            "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
+            "AND e.status = 'RUNNING' "
+            "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
+            "e.status, e.exit_code, e.error, e.started_at, e.finished_at) "
+            f"{_FINISHED_AUDIT} RETURNING execution_id",
             [
-                status,
-                ms_to_datetime(at_ms),
-                _result_json(result),
-                error,
-                exit_code,
-                uuid.UUID(started.execution_id),
-                started.fencing_token,
+                [uuid.UUID(r.started.execution_id) for r in requests],
+                [r.started.fencing_token for r in requests],
+                [str(r.status) for r in requests],
+                [ms_to_datetime(r.at_ms) for r in requests],
+                [_result_json(r.result) for r in requests],
+                [r.error for r in requests],
+                [r.exit_code for r in requests],
             ],
         )
-        return cursor.rowcount == 1
+        recorded = {str(row[0]) for row in cursor.fetchall()}
+    return [r.started.execution_id in recorded for r in requests]
 
 
 def cancel_pending_executions(job_id: uuid.UUID | str, *, by: str) -> int:
@@ -125,17 +180,18 @@ _STARTED_AUDIT = audit.insert_select(
 )
 
 
-def _finished_audit(status: str) -> str:
-    return audit.insert_select(
-        "u",
-        action_name=audit.FINISH_ACTIONS[status],
-        actor="'worker:' || u.worker_id",
-        occurred_at="u.finished_at",
-        execution_id="u.execution_id",
-        data="jsonb_strip_nulls(jsonb_build_object('attempt', u.attempt, 'worker_id', "
-        "u.worker_id, 'exit_code', u.exit_code, 'error', NULLIF(u.error, ''), 'duration_us', "
-        "(extract(epoch FROM u.finished_at - u.started_at) * 1000000)::bigint))",
-    )
+_FINISHED_AUDIT = audit.insert_select(
+    "u",
+    action_sql="(CASE u.status " + " ".join(
+        f"WHEN '{status}' THEN '{name}'" for status, name in audit.FINISH_ACTIONS.items()
+    ) + " END)",
+    actor="'worker:' || u.worker_id",
+    occurred_at="u.finished_at",
+    execution_id="u.execution_id",
+    data="jsonb_strip_nulls(jsonb_build_object('attempt', u.attempt, 'worker_id', "
+    "u.worker_id, 'exit_code', u.exit_code, 'error', NULLIF(u.error, ''), 'duration_us', "
+    "(extract(epoch FROM u.finished_at - u.started_at) * 1000000)::bigint))",
+)
 
 
 def _result_json(result: object) -> str | None:

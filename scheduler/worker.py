@@ -3,6 +3,8 @@
 A message published by Chrono carries ``chrono_execution_id`` and ``chrono_attempt`` headers. The
 task starts the execution with a conditional update before running the body; a delivery that may
 not start (a duplicate, a cancelled execution, a stale attempt) returns without running anything.
+The starts and the finishes of a thread pool's concurrent tasks share statements
+(:mod:`scheduler.batching`).
 While the body runs, the process's lease keeper renews the execution's lease. A failure goes to
 the job's retry policy (``chrono_retry_policy`` header): another attempt after a backoff, or the
 end (dead-lettered). Calls without the headers (``task.delay()``, a plain Celery message) run as
@@ -22,13 +24,26 @@ from celery.exceptions import SoftTimeLimitExceeded
 from chronoadmin.config import get_config
 from reaper.leases import lease_keeper
 from scheduler.attempts import end_attempt, next_attempt_message, send_attempt
+from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
+from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
-from scheduler.executions import StartedExecution, finish_execution, start_execution
+from scheduler.executions import (
+    FinishRequest,
+    StartedExecution,
+    StartRequest,
+    finish_executions,
+    start_executions,
+)
 from scheduler.models import ExecutionStatus
 from scheduler.retry import RetryPolicy
 
 log = logging.getLogger("chrono.worker")
+
+
+# Starts and finishes of a process's concurrent tasks (a thread pool) share statements.
+_starts = Coalescer(start_executions)
+_finishes = Coalescer(finish_executions)
 
 
 @cache
@@ -44,12 +59,13 @@ class ChronoTask(Task):
         execution_id = getattr(self.request, "chrono_execution_id", None)
         if not execution_id:
             return super().__call__(*args, **kwargs)
-        started = start_execution(
-            execution_id,
+        started = _starts.submit(StartRequest(
+            execution_id=execution_id,
             attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
             worker_id=self.request.hostname or "unknown",
             lease_ttl_ms=get_config().execution_lease_ttl_ms,
-        )
+            at_ms=now_ms(),
+        ))
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             return None
@@ -62,8 +78,8 @@ class ChronoTask(Task):
             self._after_failure(started, exc)
             raise
         keeper.release(execution_id)
-        if not finish_execution(started, status=ExecutionStatus.SUCCEEDED, result=result,
-                                exit_code=0):
+        if not _finishes.submit(FinishRequest(started, ExecutionStatus.SUCCEEDED, result=result,
+                                              exit_code=0, at_ms=now_ms())):
             log.warning("result of %s refused by the fencing check", execution_id)
         return result
 

@@ -118,7 +118,7 @@ class Platform:
         return len(self.leases_of(replica_id))
 
     def start_worker(self, name: str = "worker-1", concurrency: int = 2,
-                     include: tuple[str, ...] = (), **env: object):
+                     include: tuple[str, ...] = (), pool: str = "prefork", **env: object):
         """A Chrono worker of the test queue; ``include`` adds task modules to tests.e2e.tasks."""
         from reaper.models import Worker
 
@@ -127,7 +127,7 @@ class Platform:
         worker = self.group.start(
             name,
             ["worker", "--queues", self.queue, "--concurrency", str(concurrency),
-             "--hostname", hostname, "--include", ",".join(("tests.e2e.tasks", *include)),
+             "--pool", pool, "--hostname", hostname, "--include", ",".join(("tests.e2e.tasks", *include)),
              "--loglevel", "INFO"],
             env=extra,
         )

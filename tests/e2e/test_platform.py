@@ -17,9 +17,11 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(platform, tenant):
+@pytest.mark.parametrize("pool, concurrency", [("prefork", 2), ("threads", 16)])
+def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
+        platform, tenant, pool, concurrency):
     platform.start_beat()
-    platform.start_worker(concurrency=2)
+    platform.start_worker(concurrency=concurrency, pool=pool)
     start = now_ms() + 1_000
     fire_times = [ms_to_datetime(start + i * 3) for i in range(1_000)]  # 1,000 over 3 s
     jobs = api.schedule_once_many("e2e.record_run", tenant=tenant, fire_times=fire_times,

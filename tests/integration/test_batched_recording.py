@@ -1,0 +1,97 @@
+"""Starts and finishes of a worker's threads share statements, and keep every guarantee of a
+start or finish made alone: one start per execution, fenced finishes, one audit row each."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from scheduler import api
+from scheduler.batching import Coalescer
+from scheduler.clock import now_ms
+from scheduler.executions import (
+    FinishRequest,
+    StartRequest,
+    finish_executions,
+    start_executions,
+)
+from scheduler.models import Execution, ExecutionStatus
+from scheduler.timers import execution_id_for
+from search import audit
+from search.models import AuditEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def dispatched(tenant, count: int) -> list[str]:
+    ids = []
+    for i in range(count):
+        job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+        execution_id = execution_id_for(str(job.job_id), 1_000 + i)
+        Execution.objects.create(execution_id=execution_id, job=job, tenant=tenant,
+                                 scheduled_for=job.next_run_at, status="DISPATCHED")
+        ids.append(str(execution_id))
+    return ids
+
+
+def start(execution_id: str, worker: str = "w1") -> StartRequest:
+    return StartRequest(execution_id, 1, worker, 60_000, now_ms())
+
+
+def test_one_statement_starts_many_and_a_duplicate_in_the_batch_does_not_start_twice(tenant):
+    a, b = dispatched(tenant, 2)
+    results = start_executions([start(a, "w1"), start(b, "w1"), start(a, "w2")])
+    assert results[0] is not None and results[1] is not None
+    assert results[2] is None  # the second delivery of ``a``: it must not run
+    assert Execution.objects.get(pk=a).worker_id == "w1"
+    assert start_executions([start(a, "w3")]) == [None]  # already running
+    assert AuditEvent.objects.filter(action=audit.EXECUTION_STARTED).count() == 2
+
+
+def test_finishes_share_a_statement_and_a_stale_token_is_refused(tenant):
+    a, b = dispatched(tenant, 2)
+    started_a, started_b = start_executions([start(a), start(b)])
+    stale_b = type(started_b)(started_b.execution_id, started_b.fencing_token - 1, 1)
+    recorded = finish_executions([
+        FinishRequest(started_a, ExecutionStatus.SUCCEEDED, result={"n": 1}, exit_code=0,
+                      at_ms=now_ms()),
+        FinishRequest(stale_b, ExecutionStatus.SUCCEEDED, at_ms=now_ms()),
+    ])
+    assert recorded == [True, False]
+    assert Execution.objects.get(pk=a).status == ExecutionStatus.SUCCEEDED
+    assert Execution.objects.get(pk=a).result == {"n": 1}
+    assert Execution.objects.get(pk=b).status == ExecutionStatus.RUNNING
+    assert list(AuditEvent.objects.filter(execution_id=a).order_by("id")
+                .values_list("action", flat=True)) == [audit.EXECUTION_STARTED,
+                                                       audit.EXECUTION_SUCCEEDED]
+    assert not AuditEvent.objects.filter(execution_id=b,
+                                         action=audit.EXECUTION_SUCCEEDED).exists()
+
+
+def test_threads_delivering_the_same_executions_at_once_start_each_exactly_once(tenant):
+    """Sixteen threads (a thread-pool worker) each get every execution delivered: through the
+    coalescer, on their own database connections, exactly one delivery of each may run."""
+    ids = dispatched(tenant, 20)
+    starts = Coalescer(start_executions)
+    winners: dict[str, list[int]] = {i: [] for i in ids}
+    barrier = threading.Barrier(16)
+
+    def deliver(thread: int) -> None:
+        try:
+            barrier.wait()
+            for execution_id in ids:
+                if starts.submit(start(execution_id, f"w{thread}")) is not None:
+                    winners[execution_id].append(thread)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all(len(w) == 1 for w in winners.values()), winners
+    assert starts.batches < 16 * 20  # deliveries did share statements
+    assert AuditEvent.objects.filter(action=audit.EXECUTION_STARTED).count() == 20
