@@ -127,8 +127,8 @@ class Platform:
         worker = self.group.start(
             name,
             ["worker", "--queues", self.queue, "--concurrency", str(concurrency),
-             "--pool", pool, "--hostname", hostname, "--include", ",".join(("tests.e2e.tasks", *include)),
-             "--loglevel", "INFO"],
+             "--pool", pool, "--hostname", hostname,
+             "--include", ",".join(("tests.e2e.tasks", *include)), "--loglevel", "INFO"],
             env=extra,
         )
         worker.wait_until(
