@@ -28,6 +28,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="measure dispatch alone (workers cannot drain high rates)")
     parser.add_argument("--worker-concurrency", type=int, default=2)
     parser.add_argument("--worker-pool", default="prefork", choices=["prefork", "threads"])
+    parser.add_argument("--worker-nice", type=int, default=0,
+                        help="lower the worker's CPU priority (it shares the cores with the beat)")
     parser.add_argument("--timeout", type=float, default=300.0)
     return parser.parse_args(argv)
 
@@ -38,7 +40,7 @@ def run(argv: list[str]) -> dict[str, object]:
         for i in range(args.replicas):
             platform.start_beat(f"bench-beat-{i}")
         if not args.no_worker:
-            platform.start_worker(args.worker_concurrency, args.worker_pool)
+            platform.start_worker(args.worker_concurrency, args.worker_pool, args.worker_nice)
         platform.schedule_steady(args.jobs, args.rate)
         field = "dispatched_at" if args.no_worker else "started_at"
         done = wait_until(
@@ -58,6 +60,7 @@ def run(argv: list[str]) -> dict[str, object]:
         "offered_rate_per_s": args.rate,
         "replicas": args.replicas,
         "worker": None if args.no_worker else f"{args.worker_pool} x{args.worker_concurrency}",
+        "worker_nice": args.worker_nice,
         **report,
         "lost": args.jobs - report["dispatched"],
         "duplicates": duplicates,

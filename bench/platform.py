@@ -62,11 +62,13 @@ class BenchPlatform:
         self.beats[replica_id] = beat
         return beat
 
-    def start_worker(self, concurrency: int = 2, pool: str = "prefork") -> ChronoProcess:
+    def start_worker(self, concurrency: int = 2, pool: str = "prefork",
+                     nice: int = 0) -> ChronoProcess:
         hostname = f"bench-worker@{self.queue}"
         worker = self.group.start("worker", ["worker", "--queues", self.queue, "--concurrency",
                                              str(concurrency), "--pool", pool,
-                                             "--hostname", hostname, "--loglevel", "WARNING"])
+                                             "--hostname", hostname, "--loglevel", "WARNING"],
+                                  nice=nice)
         wait_for_worker(worker, hostname)
         return worker
 

@@ -96,8 +96,11 @@ class ProcessGroup:
     children: list[ChronoProcess] = field(default_factory=list)
 
     def start(
-        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        nice: int = 0,
     ) -> ChronoProcess:
+        """Start ``chrono ARGV`` as ``name``; ``nice`` lowers its CPU priority (and its
+        threads' and children's), e.g. a worker sharing cores with a latency-bound beat."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
@@ -108,6 +111,7 @@ class ProcessGroup:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,  # noqa: PLW1509 - no threads
         )
         log_file.close()
         child = ChronoProcess(name=name, popen=popen, log_path=log_path)
