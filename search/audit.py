@@ -4,8 +4,8 @@ Every state change writes one :class:`~search.models.AuditEvent` in the transact
 statement) that makes the change, so the change and its audit row commit together or not at all
 (DESIGN.md decision 11). There are two ways to write one:
 
-* :func:`record` (and :func:`record_jobs` for many jobs at once) for ORM call sites: an INSERT on
-  the caller's connection, inside its transaction;
+* :func:`record` (and :func:`record_jobs` for many jobs at once, with COPY) for ORM call sites:
+  an INSERT on the caller's connection, inside its transaction;
 * :func:`insert_select` (or :func:`insert_rows` of several :func:`select_rows`) for the batch
   statements of the hot paths (beat, workers): the SQL of an ``INSERT INTO search_auditevent …
   SELECT … FROM <rows>`` to put in a data-modifying CTE over the rows the statement just changed
@@ -31,8 +31,9 @@ from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
 from django.utils import timezone
+
+from chronoadmin.pgcopy import NULL, copy_rows, escape
 
 AUDIT_TABLE = "search_auditevent"
 SYSTEM_ACTOR = "system"
@@ -225,26 +226,26 @@ def record_jobs(
     data: Mapping[str, Any] | None = None,
 ) -> None:
     """Write one audit row per job of ``job_ids`` (the same action and data for all) with one
-    statement in the caller's transaction: for bulk creation (``schedule_once_many``, the REST
-    API's COPY ingest)."""
+    COPY in the caller's transaction: for bulk creation (``schedule_once_many``, the REST API's
+    COPY ingest).
+
+    The rows are COPY text made here, ids passed as text: an ``INSERT … SELECT FROM unnest(
+    uuid[])`` costs PostgreSQL as much, but its per-id ``uuid.UUID`` and array adaptation cost
+    Python ten times the text (15 ms for 5,000 jobs, a third of a bulk request's own work)."""
     if not job_ids:
         return
     spec = action(action_name)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {AUDIT_TABLE} (tenant_id, occurred_at, action, outcome, job_id, "
-            "execution_id, actor, message, data) "
-            "SELECT %s, %s, %s, %s, j, NULL, %s, '', %s::jsonb FROM unnest(%s::uuid[]) AS j",
-            [
-                uuid.UUID(str(tenant_id)),
-                timezone.now(),
-                spec.name,
-                spec.outcome,
-                current_actor(actor),
-                _json(data),
-                [uuid.UUID(str(job_id)) for job_id in job_ids],
-            ],
-        )
+    occurred_at = timezone.now().isoformat()
+    head = f"{escape(str(tenant_id))}\t{occurred_at}\t{spec.name}\t{spec.outcome}\t"
+    tail = f"\t{NULL}\t{escape(current_actor(actor))}\t\t{escape(_json(data))}\n"
+    rows = "".join([f"{head}{escape(str(job_id))}{tail}" for job_id in job_ids])
+    copy_rows(_COPY_JOBS_SQL, [rows])
+
+
+_COPY_JOBS_SQL = (
+    f"COPY {AUDIT_TABLE} (tenant_id, occurred_at, action, outcome, job_id, execution_id, actor, "
+    "message, data) FROM STDIN"
+)
 
 
 def job_data(job: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Bulk ingest: validate many jobs, write the valid ones with one PostgreSQL COPY (and their audit
-rows with one INSERT per task name), then add their timers to Redis in pipelined batches once
+rows with one COPY per task name), then add their timers to Redis in pipelined batches once
 the rows are committed.
 
 This is the 50,000 jobs/s path, so it makes no ORM object and no serializer per item: items are
@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cache
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone as dj_timezone
 
 from chronoadmin.api import quota
@@ -30,6 +30,7 @@ from chronoadmin.api.validation import (
     parse_job_spec,
 )
 from chronoadmin.config import get_config
+from chronoadmin.pgcopy import NULL, copy_rows, copy_text, escape
 from scheduler.api import timer_store
 from scheduler.clock import ms_to_datetime
 from scheduler.misfire import jittered_ms
@@ -38,8 +39,6 @@ from search import audit
 
 TIMER_BATCH = 10_000
 COPY_CHUNK = 2_000
-NULL = "\\N"
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 # The UUID variant bits (10xx) in the 17th hex digit, from any random digit.
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 # Columns COPY fills per row, in row order; every other column of the table is a constant.
@@ -141,8 +140,8 @@ def ingest(tenant_id: uuid.UUID, items: list, limits: Limits) -> BulkResult:
 
 
 def record_created(tenant_id: uuid.UUID, job_ids: list[str], specs: list[JobSpec]) -> None:
-    """One JOB_CREATED audit row per job, in the COPY's transaction: one INSERT per task name
-    in the batch (the rows of one INSERT share their data)."""
+    """One JOB_CREATED audit row per job, in the COPY's transaction: one COPY per task name
+    in the batch (the rows of one COPY share their data)."""
     by_job_type: dict[str, list[str]] = defaultdict(list)
     for job_id, spec in zip(job_ids, specs, strict=True):
         by_job_type[spec.job_type].append(job_id)
@@ -161,15 +160,15 @@ def copy_jobs(tenant_id: uuid.UUID, job_ids: list[str], specs: list[JobSpec]) ->
     plan = _copy_plan()
     now = dj_timezone.now().isoformat()
     constants = "\t".join([str(tenant_id), JobStatus.ACTIVE.value, now, now,
-                            *(_copy_text(value) for value in plan.defaults)])
-    with connection.cursor() as cursor, cursor.cursor.copy(plan.sql) as copy:
-        for start in range(0, len(specs), COPY_CHUNK):
-            copy.write(_copy_lines(job_ids[start:start + COPY_CHUNK],
-                                   specs[start:start + COPY_CHUNK], constants))
+                            *(copy_text(value) for value in plan.defaults)])
+    copy_rows(plan.sql, (
+        _copy_lines(job_ids[start:start + COPY_CHUNK], specs[start:start + COPY_CHUNK], constants)
+        for start in range(0, len(specs), COPY_CHUNK)
+    ))
 
 
 def _copy_lines(job_ids: list[str], specs: list[JobSpec], constants: str) -> str:
-    escape, to_datetime = _escape, ms_to_datetime
+    to_datetime = ms_to_datetime
     # Looked up by identity per row (the specs without options share one object,
     # validation.DEFAULT_OPTIONS), formatted once per distinct value.
     by_value: dict[ExecutionOptions, str] = {}
@@ -189,22 +188,11 @@ def _copy_lines(job_ids: list[str], specs: list[JobSpec], constants: str) -> str
 
 def _options_text(options: ExecutionOptions) -> str:
     """The _OPTION_COLUMNS of a row, as COPY text."""
-    return "\t".join(_copy_text(value) for value in (
+    return "\t".join(copy_text(value) for value in (
         options.max_retries, options.retry_policy_json, options.soft_timeout_ms,
         options.hard_timeout_ms, options.overlap_policy, options.misfire_policy,
         options.misfire_fire_all_limit, options.jitter_ms,
     ))
-
-
-def _escape(text: str) -> str:
-    """A value as COPY text: backslash, tab, newline and carriage return escaped."""
-    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
-        return text.translate(_COPY_ESCAPES)
-    return text
-
-
-def _copy_text(value: object) -> str:
-    return NULL if value is None else _escape(str(value))
 
 
 def new_job_ids(count: int) -> list[str]:

@@ -296,3 +296,17 @@ def test_the_retry_path_helper_writes_the_failure_then_retried_or_dead_lettered(
     dead_doc = next(d for d in docs if d["event"]["action"] == "execution.dead_lettered")
     assert dead_doc["error"] == {"type": "ValueError", "message": "boom"}
     assert dead_doc["message"].endswith("dead-lettered: retries exhausted")
+
+
+def test_rows_of_many_jobs_keep_text_that_copy_must_escape(tenant):
+    job_ids = [uuid.uuid4(), str(uuid.uuid4())]
+    data = {"job_type": "reports.daily", "note": "tab\there, back\\slash, line\nbreak, é"}
+    with transaction.atomic():
+        audit.record_jobs(audit.JOB_CREATED, tenant_id=tenant.tenant_id, job_ids=job_ids,
+                          actor="user:a\tb\\c", data=data)
+
+    events = AuditEvent.objects.filter(tenant_id=tenant.tenant_id).order_by("id")
+    assert [str(e.job_id) for e in events] == [str(job_id) for job_id in job_ids]
+    assert {(e.action, e.outcome, e.actor, e.message, e.execution_id) for e in events} == {
+        ("job.created", "success", "user:a\tb\\c", "", None)}
+    assert [e.data for e in events] == [data, data]
