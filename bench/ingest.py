@@ -130,9 +130,8 @@ def clean_up(tenant: Tenant) -> None:
 
     # Raw deletes: the ORM's cascade would load every job id first. The audit rows go too, so
     # an indexer running on this machine does not ship millions of benchmark events. The
-    # vacuum reclaims the million dead rows now: left to autovacuum, it would run during the
-    # next benchmark and take a share of its CPU (one ingest run measured 34,500 jobs/s while
-    # autovacuum cleaned up the previous run, 43,000/s the run after).
+    # vacuum reclaims the million dead rows now: left to autovacuum, it runs whenever it comes
+    # round, possibly during the next benchmark, taking a share of its two cores.
     tables = (AuditEvent._meta.db_table, "chrono_execution", "chrono_job")
     with connection.cursor() as cursor:
         for table in tables:
