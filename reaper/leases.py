@@ -27,6 +27,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from chronoadmin.config import get_config
 from scheduler.cancellation import CANCEL_CHANNEL
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
 
 log = logging.getLogger("chrono.worker")
 
@@ -39,12 +40,14 @@ def renew_leases(held: dict[str, int], *, ttl_ms: int) -> tuple[set[str], set[st
     ids = list(held)
     with connection.cursor() as cursor:
         cursor.execute(
+            f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}) "
             "UPDATE chrono_execution AS e SET lease_expires_at = %s "
             "FROM unnest(%s::uuid[], %s::bigint[]) AS x(execution_id, fencing_token) "
+            "JOIN l USING (execution_id) "
             "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
             "AND e.status = 'RUNNING' RETURNING e.execution_id, e.cancel_requested_at",
-            [ms_to_datetime(now_ms() + ttl_ms), [uuid.UUID(i) for i in ids],
-             [held[i] for i in ids]],
+            [[uuid.UUID(i) for i in ids], ms_to_datetime(now_ms() + ttl_ms),
+             [uuid.UUID(i) for i in ids], [held[i] for i in ids]],
         )
         rows = cursor.fetchall()
     return {str(r[0]) for r in rows}, {str(r[0]) for r in rows if r[1] is not None}

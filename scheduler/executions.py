@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.models import ExecutionStatus
+from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
 from search import audit
 
 RESULT_REPR_LIMIT = 4_096
@@ -65,9 +66,10 @@ def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution 
             "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::text[], "
             "%s::timestamptz[], %s::timestamptz[]) AS x(execution_id, attempt, worker_id, "
             "started_at, lease_expires_at)), "
+            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
             "u AS (UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
             "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
-            "fencing_token = e.fencing_token + 1 FROM x "
+            "fencing_token = e.fencing_token + 1 FROM x JOIN l USING (execution_id) "
             "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
             "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
             "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
@@ -80,6 +82,7 @@ def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution 
                 [r.worker_id for r in unique],
                 [ms_to_datetime(r.at_ms) for r in unique],
                 [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
+                [uuid.UUID(r.execution_id) for r in unique],
             ],
         )
         tokens = {str(execution_id): token for execution_id, token in cursor.fetchall()}
@@ -125,9 +128,10 @@ def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
             "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], "
             "%s::timestamptz[], %s::text[], %s::text[], %s::int[]) AS x(execution_id, "
             "fencing_token, status, finished_at, result, error, exit_code)), "
+            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
             "u AS (UPDATE chrono_execution AS e SET status = x.status, "
             "finished_at = x.finished_at, result = x.result::jsonb, error = x.error, "
-            "exit_code = x.exit_code, lease_expires_at = NULL FROM x "
+            "exit_code = x.exit_code, lease_expires_at = NULL FROM x JOIN l USING (execution_id) "
             "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
             "AND e.status = 'RUNNING' "
             "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
@@ -141,6 +145,7 @@ def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
                 [_result_json(r.result) for r in requests],
                 [r.error for r in requests],
                 [r.exit_code for r in requests],
+                [uuid.UUID(r.started.execution_id) for r in requests],
             ],
         )
         recorded = {str(row[0]) for row in cursor.fetchall()}

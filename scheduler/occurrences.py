@@ -139,6 +139,15 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
         return {str(row[0]): _due_job(row) for row in cursor.fetchall()}
 
 
+# Rows of chrono_execution locked in one order (by id) before a statement updates several: the
+# beat's recorder, a worker's batched starts and finishes and its lease renewals update the same
+# rows at the same moment, and two statements locking rows in different orders deadlock.
+LOCK_EXECUTIONS_IN_ORDER = (
+    "SELECT execution_id FROM chrono_execution WHERE execution_id = ANY({ids}::uuid[]) "
+    "ORDER BY execution_id FOR UPDATE"
+)
+
+
 def record_dispatched(
     execution_ids: Sequence[uuid.UUID],
     *,
@@ -153,10 +162,12 @@ def record_dispatched(
         advances = []
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH e AS (UPDATE chrono_execution SET dispatched_at = %s, status = CASE "
-            "  WHEN status = 'SCHEDULED' THEN 'DISPATCHED' ELSE status END "
-            "  WHERE execution_id = ANY(%s) AND dispatched_at IS NULL "
-            "  RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, dispatched_at), "
+            f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
+            "e AS (UPDATE chrono_execution AS c SET dispatched_at = %s, status = CASE "
+            "  WHEN c.status = 'SCHEDULED' THEN 'DISPATCHED' ELSE c.status END FROM l "
+            "  WHERE c.execution_id = l.execution_id AND c.dispatched_at IS NULL "
+            "  RETURNING c.execution_id, c.job_id, c.tenant_id, c.attempt, c.scheduled_for, "
+            "  c.dispatched_at), "
             "j AS (UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
             "status = CASE WHEN x.next_run_at IS NULL THEN 'COMPLETED' ELSE j.status END "
             "FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) "
@@ -166,8 +177,8 @@ def record_dispatched(
             f"a AS ({_DISPATCHED_AUDIT}) "
             "SELECT job_id FROM j",
             [
-                ms_to_datetime(confirmed_at_ms),
                 list(execution_ids),
+                ms_to_datetime(confirmed_at_ms),
                 [uuid.UUID(job_id) for job_id, _, _ in advances],
                 [ms_to_datetime(fired) for _, fired, _ in advances],
                 [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt in advances],

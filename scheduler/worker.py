@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import traceback
+from collections.abc import Callable
 from functools import cache
+from typing import TypeVar
 
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
+from django.db import DatabaseError, connection
 
 from chronoadmin.config import get_config
 from reaper.leases import lease_keeper
@@ -39,11 +43,29 @@ from scheduler.models import ExecutionStatus
 from scheduler.retry import RetryPolicy
 
 log = logging.getLogger("chrono.worker")
+T = TypeVar("T")
+RECORD_ATTEMPTS = 3
 
 
 # Starts and finishes of a process's concurrent tasks (a thread pool) share statements.
 _starts = Coalescer(start_executions)
 _finishes = Coalescer(finish_executions)
+
+
+def _retrying(record: Callable[[], T]) -> T:
+    """Run a recording statement, again after a short pause when PostgreSQL failed it (a
+    deadlock victim, a dropped connection); the last failure is raised."""
+    for attempt in range(1, RECORD_ATTEMPTS + 1):
+        try:
+            return record()
+        except DatabaseError as exc:
+            if attempt == RECORD_ATTEMPTS:
+                raise
+            log.warning("recording failed (attempt %d of %d), again: %r", attempt,
+                        RECORD_ATTEMPTS, exc)
+            connection.close_if_unusable_or_obsolete()
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 @cache
@@ -59,13 +81,19 @@ class ChronoTask(Task):
         execution_id = getattr(self.request, "chrono_execution_id", None)
         if not execution_id:
             return super().__call__(*args, **kwargs)
-        started = _starts.submit(StartRequest(
+        request = StartRequest(
             execution_id=execution_id,
             attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
             worker_id=self.request.hostname or "unknown",
             lease_ttl_ms=get_config().execution_lease_ttl_ms,
             at_ms=now_ms(),
-        ))
+        )
+        try:
+            started = _retrying(lambda: _starts.submit(request))
+        except DatabaseError as exc:
+            # Nothing ran: the message goes back to the queue rather than being acknowledged.
+            log.error("could not start execution %s, message requeued: %r", execution_id, exc)
+            raise Reject(exc, requeue=True) from exc
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             return None
@@ -78,8 +106,16 @@ class ChronoTask(Task):
             self._after_failure(started, exc)
             raise
         keeper.release(execution_id)
-        if not _finishes.submit(FinishRequest(started, ExecutionStatus.SUCCEEDED, result=result,
-                                              exit_code=0, at_ms=now_ms())):
+        finish = FinishRequest(started, ExecutionStatus.SUCCEEDED, result=result, exit_code=0,
+                               at_ms=now_ms())
+        try:
+            recorded = _retrying(lambda: _finishes.submit(finish))
+        except DatabaseError as exc:
+            # The run stays RUNNING until its lease expires; the reaper then applies the
+            # retry policy (at least once: it may run again).
+            log.error("could not record the success of %s: %r", execution_id, exc)
+            return result
+        if not recorded:
             log.warning("result of %s refused by the fencing check", execution_id)
         return result
 

@@ -95,3 +95,38 @@ def test_threads_delivering_the_same_executions_at_once_start_each_exactly_once(
     assert all(len(w) == 1 for w in winners.values()), winners
     assert starts.batches < 16 * 20  # deliveries did share statements
     assert AuditEvent.objects.filter(action=audit.EXECUTION_STARTED).count() == 20
+
+
+def test_statements_updating_the_same_executions_in_other_orders_do_not_deadlock(tenant):
+    """A worker's lease renewals, batched starts/finishes and the beat's recorder update the
+    same rows at once; each locks them in id order first, so none is a deadlock victim."""
+    import random
+
+    from django.db import DatabaseError
+
+    from reaper.leases import renew_leases
+
+    ids = dispatched(tenant, 60)
+    held = {s.execution_id: s.fencing_token for s in start_executions([start(i) for i in ids])}
+    errors: list[Exception] = []
+    barrier = threading.Barrier(3)
+
+    def renew(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            barrier.wait()
+            for _ in range(40):
+                order = list(held)
+                rng.shuffle(order)
+                renew_leases({i: held[i] for i in order}, ttl_ms=60_000)
+        except DatabaseError as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=renew, args=(seed,)) for seed in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []

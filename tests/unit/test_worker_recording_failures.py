@@ -1,0 +1,85 @@
+"""What a worker does when PostgreSQL fails its start or finish: retry, then never lose the
+message (a start that cannot be recorded sends the message back to the queue)."""
+
+from __future__ import annotations
+
+import pytest
+from celery.exceptions import Reject
+from django.db import OperationalError
+
+from chronoadmin.celery import app
+from scheduler import worker
+from scheduler.batching import Coalescer
+from scheduler.executions import StartedExecution
+
+RAN: list[int] = []
+
+
+@app.task(name="tests.unit.recorded", bind=True)
+def recorded(self, n: int) -> int:
+    RAN.append(n)
+    return n
+
+
+class Failing:
+    def __init__(self, failures: int, result) -> None:
+        self.failures = failures
+        self.result = result
+        self.calls = 0
+
+    def __call__(self, items):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise OperationalError("deadlock detected")
+        return [self.result(item) for item in items]
+
+
+def call_as_chrono(task, *args):
+    task.push_request(chrono_execution_id="00000000-0000-4000-8000-000000000001",
+                      chrono_attempt="1", hostname="w@test", args=args, kwargs={})
+    try:
+        return task(*args)
+    finally:
+        task.pop_request()
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setattr(worker.time, "sleep", lambda s: None)
+    monkeypatch.setattr(worker.connection, "close_if_unusable_or_obsolete", lambda: None)
+    monkeypatch.setattr(worker, "lease_keeper", lambda: type(
+        "Keeper", (), {"hold": lambda *a: None, "release": lambda *a: None})())
+    RAN.clear()
+
+
+def started(request) -> StartedExecution:
+    return StartedExecution(request.execution_id, 7, request.attempt)
+
+
+def test_a_start_failing_every_time_requeues_the_message_and_runs_nothing(monkeypatch):
+    starts = Failing(failures=99, result=started)
+    monkeypatch.setattr(worker, "_starts", Coalescer(starts))
+    with pytest.raises(Reject) as raised:
+        call_as_chrono(recorded, 1)
+    assert raised.value.requeue is True
+    assert starts.calls == worker.RECORD_ATTEMPTS
+    assert RAN == []
+
+
+def test_a_deadlock_victim_start_is_tried_again_and_the_task_runs_once(monkeypatch):
+    starts = Failing(failures=1, result=started)
+    finishes = Failing(failures=1, result=lambda item: True)
+    monkeypatch.setattr(worker, "_starts", Coalescer(starts))
+    monkeypatch.setattr(worker, "_finishes", Coalescer(finishes))
+    assert call_as_chrono(recorded, 2) == 2
+    assert RAN == [2]
+    assert (starts.calls, finishes.calls) == (2, 2)
+
+
+def test_a_finish_that_cannot_be_recorded_still_returns_the_result(monkeypatch):
+    monkeypatch.setattr(worker, "_starts", Coalescer(Failing(0, started)))
+    finishes = Failing(failures=99, result=lambda item: True)
+    monkeypatch.setattr(worker, "_finishes", Coalescer(finishes))
+    assert call_as_chrono(recorded, 3) == 3  # the lease expires; the reaper decides
+    assert RAN == [3]
+    assert finishes.calls == worker.RECORD_ATTEMPTS
