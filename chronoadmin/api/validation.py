@@ -67,6 +67,8 @@ CREATE_FIELDS = (
 UPDATE_FIELDS = ("run_at", "cron_expression", "timezone", "max_retries", *OPTION_FIELDS)
 _CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
 _OPTION_FIELD_SET = frozenset(("max_retries", *OPTION_FIELDS))
+# The fields of a bulk item that the fast path (_plain_spec) takes; any other goes the full way.
+_PLAIN_FIELDS = frozenset(("job_type", "name", "queue", "args", "kwargs", "delay_ms"))
 
 Errors = dict[str, list[str]]
 
@@ -171,6 +173,12 @@ def unknown_field_errors(item: dict, allowed: tuple[str, ...], *, prefix: str = 
 
 def parse_job_spec(item: object, limits: Limits) -> JobSpec:
     """Validate one job of a create request; raises :class:`SpecInvalid` with every error."""
+    return _plain_spec(item, limits) or checked_spec(item, limits)
+
+
+def checked_spec(item: object, limits: Limits) -> JobSpec:
+    """:func:`parse_job_spec` by every rule, one by one (the way every item that is not plain
+    takes, and the one that words the errors)."""
     if not isinstance(item, dict):
         raise SpecInvalid({NON_FIELD: [f"A job is a JSON object, got {_json_type(item)}."]})
     errors = {} if item.keys() <= _CREATE_FIELD_SET else unknown_field_errors(item, CREATE_FIELDS)
@@ -192,6 +200,36 @@ def parse_job_spec(item: object, limits: Limits) -> JobSpec:
         raise SpecInvalid(errors, too_large=too_large)
     return JobSpec(job_type, name, queue, args, kwargs, args_json, kwargs_json,
                    schedule.expression if schedule else None, timezone, fire_at_ms, options)
+
+
+def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
+    """The spec of the common bulk item, a one-time job by ``delay_ms`` with no options, when
+    every field of it is plainly valid; None for anything else, which the rules above then
+    check and word. It accepts only what they accept, with the same result (a test holds
+    them to that), at less than half the cost per item."""
+    if type(item) is not dict or not item.keys() <= _PLAIN_FIELDS:
+        return None
+    get = item.get
+    job_type, name, queue = get("job_type"), get("name", ""), get("queue", limits.default_queue)
+    delay_ms, args, kwargs = get("delay_ms"), get("args", []), get("kwargs", {})
+    if not (type(job_type) is str and type(name) is str and type(queue) is str
+            and type(delay_ms) is int and 0 <= delay_ms <= MAX_AHEAD_MS
+            and type(args) is list and type(kwargs) is dict
+            and _plain_text(job_type, TASK_NAME) and _plain_text(queue, QUEUE_NAME)
+            and len(name) <= MAX_TEXT_LENGTH and "\x00" not in name):
+        return None
+    args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
+    if (len(args_json) + len(kwargs_json) + 3 > limits.max_payload_bytes
+            or b"\\u0000" in args_json or b"\\u0000" in kwargs_json):
+        return None
+    return JobSpec(job_type, name, queue, args, kwargs, args_json.decode(), kwargs_json.decode(),
+                   None, "UTC", limits.now_ms + delay_ms)
+
+
+@lru_cache(maxsize=1024)  # the task names and queues of a bulk request repeat
+def _plain_text(value: str, pattern: re.Pattern) -> bool:
+    """``value`` passes :func:`_text` (length, no NUL, ``pattern``)."""
+    return len(value) <= MAX_TEXT_LENGTH and "\x00" not in value and bool(pattern.match(value))
 
 
 def parse_update(item: object, limits: Limits) -> dict[str, object]:
