@@ -30,9 +30,8 @@ from chronoadmin.api.validation import (
     parse_job_spec,
 )
 from chronoadmin.config import get_config
-from chronoadmin.pgcopy import NULL, copy_rows, copy_text, escape
+from chronoadmin.pgcopy import NULL, TimestampText, copy_rows, copy_text, escape
 from scheduler.api import timer_store
-from scheduler.clock import ms_to_datetime
 from scheduler.misfire import jittered_ms
 from scheduler.models import Job, JobStatus
 from search import audit
@@ -168,7 +167,7 @@ def copy_jobs(tenant_id: uuid.UUID, job_ids: list[str], specs: list[JobSpec]) ->
 
 
 def _copy_lines(job_ids: list[str], specs: list[JobSpec], constants: str) -> str:
-    to_datetime = ms_to_datetime
+    timestamp = TimestampText()
     # Looked up by identity per row (the specs without options share one object,
     # validation.DEFAULT_OPTIONS), formatted once per distinct value.
     by_value: dict[ExecutionOptions, str] = {}
@@ -179,7 +178,7 @@ def _copy_lines(job_ids: list[str], specs: list[JobSpec], constants: str) -> str
         options_text[id(options)] = by_value[options]
     return "".join([
         f"{job_id}\t{escape(spec.name)}\t{spec.job_type}\t{spec.cron_expression or NULL}\t"
-        f"{spec.timezone}\t{to_datetime(spec.fire_at_ms).isoformat()}\t"
+        f"{spec.timezone}\t{timestamp(spec.fire_at_ms)}\t"
         f"{escape(spec.args_json)}\t{escape(spec.kwargs_json)}\t{spec.queue}\t"
         f"{options_text[id(spec.options)]}\t{constants}\n"
         for job_id, spec in zip(job_ids, specs, strict=True)
