@@ -41,6 +41,9 @@ class ChronoConfig:
     lookahead_ms: int = 2_000
     scan_interval_ms: int = 500
     claim_batch_size: int = 1_000
+    # Timers are claimed, and their executions written, this long before their fire time, so
+    # that only the publish is left for it (0: claim at the fire time).
+    prepare_ahead_ms: int = 25
     ack_deadline_ms: int = 30_000
     shard_lease_ttl_ms: int = 10_000
     # An occurrence more than this late (all replicas were down, the job was paused) follows
@@ -109,6 +112,7 @@ class ChronoConfig:
             ("lookahead_ms", 100),
             ("scan_interval_ms", 10),
             ("claim_batch_size", 1),
+            ("prepare_ahead_ms", 0),
             ("ack_deadline_ms", 1_000),
             ("shard_lease_ttl_ms", 1_000),
             ("worker_heartbeat_interval_ms", 100),
@@ -140,6 +144,11 @@ class ChronoConfig:
             raise ConfigError(
                 "CHRONO_SCAN_INTERVAL_MS must be smaller than CHRONO_LOOKAHEAD_MS, or timers "
                 "could fall between two scans"
+            )
+        if self.prepare_ahead_ms + self.scan_interval_ms >= self.lookahead_ms:
+            raise ConfigError(
+                "CHRONO_PREPARE_AHEAD_MS plus CHRONO_SCAN_INTERVAL_MS must be smaller than "
+                "CHRONO_LOOKAHEAD_MS, or a timer could be scanned after its preparation time"
             )
         if self.api_default_page_size > self.api_max_page_size:
             raise ConfigError(

@@ -18,6 +18,8 @@ nothing is lost.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import queue
 import threading
@@ -138,6 +140,9 @@ class Beat:
         self._next_refresh_ms = 0
         self._next_scan_ms = 0
         self._pending_shards: set[int] = set()
+        # Prepared occurrences by fire time: (fire ms, sequence, _Ready).
+        self._ready: list[tuple[int, int, _Ready]] = []
+        self._sequence = itertools.count()
         self._next_stats_ms = 0
         self._scan_slice = 0
 
@@ -173,6 +178,7 @@ class Beat:
 
     def _leave(self) -> None:
         self.reconciler.stop()
+        self._publish_prepared()
         self.recorder.close()
         try:
             self.ownership.leave()
@@ -186,7 +192,9 @@ class Beat:
         wake_at = min(self._next_scan_ms, self._next_refresh_ms)
         next_fire = self.wheel.next_fire_ms()
         if next_fire is not None:
-            wake_at = min(wake_at, next_fire)
+            wake_at = min(wake_at, next_fire - self.config.prepare_ahead_ms)
+        if self._ready:
+            wake_at = min(wake_at, self._ready[0][0])
         if wake_at > now:
             self._wakeup.wait((wake_at - now) / 1000)
         self._wakeup.clear()
@@ -207,11 +215,16 @@ class Beat:
                 self._scan(now)
         self._take_announcements()
         self._fenced(_drain(self.recorder.fenced))
-        for timer_id, _ in self.wheel.advance(now):
+        self.publish_ready()
+        # Timers due within prepare_ahead_ms are claimed and prepared now, so that only the
+        # publish is left for their fire time.
+        horizon = now + self.config.prepare_ahead_ms
+        for timer_id, _ in self.wheel.advance(horizon):
             self._pending_shards.add(self.store.shard_of(timer_id))
         if self._pending_shards:
             shards, self._pending_shards = self._pending_shards, set()
-            self.fire(sorted(shards), now)
+            self.fire(sorted(shards), horizon)
+        self.publish_ready()
 
     def _refresh_ownership(self, now: int) -> None:
         change = self.ownership.refresh(now)
@@ -317,9 +330,12 @@ class Beat:
                 self._scanned_until.pop(shard, None)
 
     def dispatch(self, claimed: Sequence[ClaimedTimer]) -> None:
-        """Publish one claimed batch; its recording and acks go to the recorder thread."""
+        """Prepare one claimed batch (execution rows, misfire and overlap decisions, messages)
+        and queue its occurrences for publishing at their fire times (:meth:`publish_ready`);
+        timers claimed up to ``prepare_ahead_ms`` early wait in memory, inflight in Redis."""
         retries = [t for t in claimed if RETRY_TIMER_SEPARATOR in t.timer_id]
         if retries:
+            self._wait_until(max(t.fire_at_ms for t in retries), ignore_stop=True)
             self._dispatch_retries(retries)
             claimed = [t for t in claimed if RETRY_TIMER_SEPARATOR not in t.timer_id]
         claimed = sorted(claimed, key=lambda t: t.fire_at_ms)
@@ -352,12 +368,36 @@ class Beat:
         if misfires:
             with self.counters.timed("misfire"):
                 occurrences.record_misfires(misfires)
+        for fired in batch.fired:
+            timer, job, fire_ms_list, _ = fired
+            messages = [_task_message(job, ms, batch.leases[timer.shard]) for ms in fire_ms_list]
+            due_ms = max(fire_ms_list, default=0)  # nothing to publish: record at once
+            heapq.heappush(self._ready, (due_ms, next(self._sequence),
+                                         _Ready(batch.leases, fired, messages)))
+        if batch.acks:
+            acks = ConfirmedBatch(leases=batch.leases, acks=batch.acks)
+            self._drop_unsure_leases(acks)
+            self.recorder.submit(acks)
+        self.publish_ready()
+
+    def publish_ready(self) -> None:
+        """Publish, in one confirmed batch, every prepared occurrence whose fire time has come;
+        its recording and acks go to the recorder thread."""
+        now = self.clock()
+        due: dict[int, list[_Ready]] = {}
+        while self._ready and self._ready[0][0] <= now:
+            ready = heapq.heappop(self._ready)[2]
+            due.setdefault(id(ready.leases), []).append(ready)
+        for group in due.values():
+            self._publish(group)
+
+    def _publish(self, group: list[_Ready]) -> None:
+        """Publish occurrences prepared under the same leases; what the lease check drops stays
+        inflight for the shard's next owner."""
+        batch = ConfirmedBatch(leases=group[0].leases, fired=[r.fired for r in group])
         self._drop_unsure_leases(batch)
-        messages = [
-            _task_message(job, fire_ms, batch.leases[timer.shard])
-            for timer, job, fire_ms_list, _ in batch.fired
-            for fire_ms in fire_ms_list
-        ]
+        kept = {id(f) for f in batch.fired}
+        messages = [m for r in group if id(r.fired) in kept for m in r.messages]
         if messages:
             with self.counters.timed("publish"):
                 self.publisher.publish_batch(messages)
@@ -372,6 +412,25 @@ class Beat:
             del self.counters.dispatch_lateness_ms[:-10_000]
         self.recorder.submit(batch)
         self.counters.batches += 1
+
+    def _publish_prepared(self) -> None:
+        """At a clean stop: publish what was prepared (due within ``prepare_ahead_ms``) at its
+        time rather than leave it inflight until the next owner's ack deadline."""
+        try:
+            while self._ready:
+                self._wait_until(self._ready[0][0], ignore_stop=True)
+                self.publish_ready()
+        except (redis.RedisError, DatabaseError, DispatchError, OSError) as exc:
+            log.error("could not publish prepared occurrences at stop (they are redelivered "
+                      "after their ack deadline): %r", exc)
+
+    def _wait_until(self, at_ms: int, *, ignore_stop: bool = False) -> None:
+        """Sleep until ``at_ms`` (never publish an occurrence before its time)."""
+        while (delay_ms := at_ms - self.clock()) > 0:
+            if ignore_stop:
+                time.sleep(delay_ms / 1000)
+            elif self._stopping.wait(delay_ms / 1000):
+                return
 
     def _dispatch_retries(self, timers: Sequence[ClaimedTimer]) -> None:
         """Timers ``<execution id>#<attempt>``: attempts whose backoff was too long for a
@@ -476,6 +535,15 @@ class ConfirmedBatch:
         default_factory=list
     )
     confirmed_at_ms: int = 0
+
+
+@dataclass
+class _Ready:
+    """A prepared occurrence (or several, after a misfire) waiting for its fire time."""
+
+    leases: dict[int, str]
+    fired: tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]
+    messages: list[TaskMessage]
 
 
 # Errors PostgreSQL raises for what a statement holds, not for being unreachable: retrying the

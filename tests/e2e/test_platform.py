@@ -43,6 +43,8 @@ def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
     assert runs.keys() == {str(e.execution_id) for e in executions}
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 1_000
     assert all(e.started_at >= e.scheduled_for for e in executions), "a job started early"
+    # Claimed and prepared ahead of time, but never published before it.
+    assert all(e.dispatched_at >= e.scheduled_for for e in executions), "published early"
     assert all(e.worker_id for e in executions)
     assert platform.redis.dbsize() > 0  # the runs hash; timers themselves are all acknowledged
     from scheduler.api import timer_store
