@@ -30,7 +30,7 @@ from chronoadmin.models import Tenant
 from chronoadmin.processes import ChronoProcess, ProcessGroup
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.models import Execution, Job
+from scheduler.models import Execution
 
 BENCH_TENANT = "bench"
 BENCH_REDIS_DB = 9
@@ -91,7 +91,7 @@ def bench_platform(name: str) -> Iterator[BenchPlatform]:
     ensure_platform_ready()
     api.timer_store().client.flushdb()
     tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT, defaults={"name": "Benchmarks"})
-    Job.objects.filter(tenant=tenant).delete()
+    clean_up(tenant)
     queue = new_queue(f"bench-{name}")
     platform = BenchPlatform(tenant=tenant, queue=queue,
                              group=process_group(name, CHRONO_DEFAULT_QUEUE=queue))
@@ -100,8 +100,14 @@ def bench_platform(name: str) -> Iterator[BenchPlatform]:
     finally:
         platform.group.stop_all()
         delete_queue(queue)
-        Job.objects.filter(tenant=tenant).delete()
-        api.timer_store().client.flushdb()
+        clean_up(tenant)
+
+
+def clean_up(tenant: Tenant) -> None:
+    """Delete a benchmark tenant's rows (and vacuum them away now, not during the next run)."""
+    from bench.ingest import clean_up as delete_and_vacuum
+
+    delete_and_vacuum(tenant)
 
 
 def lateness_report(executions: QuerySet, *, with_start: bool) -> dict[str, object]:
