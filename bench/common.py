@@ -95,3 +95,48 @@ def queue_depth(queue: str) -> int:
         conn.connect()
         _, count, _ = conn.channel().queue_declare(queue, passive=True)
     return count
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(
+    *, beat_pids: Sequence[int] = (), worker_pid: int | None = None
+) -> dict[str, float]:
+    """CPU seconds used so far by PostgreSQL, RabbitMQ, beat processes and the worker's process
+    tree (from /proc: what each part of the platform costs a benchmark)."""
+    workers = _descendants(worker_pid) if worker_pid else set()
+    beats = set(beat_pids)
+    totals: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            name = fields[0].split("(", 1)[1]
+            rest = fields[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(stat.parent.name)
+        role = ("worker" if pid in workers else "beat" if pid in beats
+                else "postgresql" if name.startswith("postgres")
+                else "rabbitmq" if name in ("beam.smp", "erl_child_setup") else None)
+        if role:
+            # utime + stime + children's, in clock ticks
+            totals[role] = totals.get(role, 0.0) + sum(int(v) for v in rest[11:15]) / _TICKS
+    return totals
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        found.add(current)
+        todo.extend(children.get(current, []))
+    return found
+

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import queue_depth
+from bench.common import cpu_by_role, queue_depth
 from bench.platform import bench_platform, lateness_report
 from chronoadmin.processes import wait_until
+from scheduler.clock import now_ms
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -41,7 +42,12 @@ def run(argv: list[str]) -> dict[str, object]:
             platform.start_beat(f"bench-beat-{i}")
         if not args.no_worker:
             platform.start_worker(args.worker_concurrency, args.worker_pool, args.worker_nice)
-        platform.schedule_steady(args.jobs, args.rate)
+        pids = {"beat_pids": [b.pid for b in platform.beats.values()],
+                "worker_pid": platform.worker.pid if platform.worker else None}
+        first_fire_ms = platform.schedule_steady(args.jobs, args.rate)
+        # From the first fire time: what dispatching (and running) costs, not scheduling.
+        wait_until(lambda: now_ms() >= first_fire_ms, timeout_s=60, interval_s=0.01)
+        before = cpu_by_role(**pids)
         field = "dispatched_at" if args.no_worker else "started_at"
         done = wait_until(
             lambda: platform.executions.filter(**{f"{field}__isnull": False}).count()
@@ -49,6 +55,7 @@ def run(argv: list[str]) -> dict[str, object]:
             timeout_s=args.timeout + args.jobs / args.rate,
             interval_s=1.0,
         )
+        after = cpu_by_role(**pids)
         report = lateness_report(platform.executions, with_start=not args.no_worker)
         # With no consumer every publish is still in the queue; with a worker, duplicates are
         # absorbed by the worker-side start and not counted here.
@@ -63,6 +70,9 @@ def run(argv: list[str]) -> dict[str, object]:
         "worker_nice": args.worker_nice,
         **report,
         "lost": args.jobs - report["dispatched"],
+        # CPU per job of each part of the platform during the run.
+        "cpu_ms_per_job": {role: round((after[role] - before.get(role, 0)) * 1000 / args.jobs, 3)
+                           for role in sorted(after)},
         "duplicates": duplicates,
         "completed_in_time": done,
     }

@@ -14,16 +14,12 @@ the worker drains them, the backlog (and so the lateness) grows without bound.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from django.db.models import Count, Max, Min
 
-from bench.common import queue_depth
+from bench.common import cpu_by_role, queue_depth
 from bench.platform import bench_platform
 from chronoadmin.processes import wait_until
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -44,12 +40,12 @@ def run(argv: list[str]) -> dict[str, object]:
                    >= args.jobs, timeout_s=30 + args.jobs / 1_000, interval_s=0.5)
         platform.beats.pop("bench-beat-0").stop()
         queued = _depth(platform.queue)
-        before = _cpu_by_role()
+        before = cpu_by_role()
         worker = platform.start_worker(args.concurrency, args.pool)
         done = wait_until(
             lambda: platform.executions.filter(finished_at__isnull=False).count() >= args.jobs,
             timeout_s=args.timeout, interval_s=0.5)
-        after = _cpu_by_role(worker_pid=worker.pid)
+        after = cpu_by_role(worker_pid=worker.pid)
         span = platform.executions.aggregate(first=Min("started_at"), last=Max("finished_at"))
         finished = platform.executions.filter(finished_at__isnull=False).count()
         statuses = dict(platform.executions.values_list("status").annotate(n=Count("pk")))
@@ -76,40 +72,3 @@ def _depth(queue: str) -> int:
         return queue_depth(queue)
     except amqp.NotFound:  # declared by the beat's first publish
         return 0
-
-
-def _cpu_by_role(worker_pid: int | None = None) -> dict[str, float]:
-    """CPU seconds used so far by PostgreSQL, RabbitMQ and the worker's process tree."""
-    workers = _descendants(worker_pid) if worker_pid else set()
-    totals: dict[str, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)
-            name = fields[0].split("(", 1)[1]
-            rest = fields[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(stat.parent.name)
-        role = ("worker" if pid in workers else "postgresql" if name.startswith("postgres")
-                else "rabbitmq" if name in ("beam.smp", "erl_child_setup") else None)
-        if role:
-            # utime + stime + children's, in clock ticks
-            totals[role] = totals.get(role, 0.0) + sum(int(v) for v in rest[11:15]) / _TICKS
-    return totals
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        found.add(current)
-        todo.extend(children.get(current, []))
-    return found
-

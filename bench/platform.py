@@ -50,6 +50,7 @@ class BenchPlatform:
     queue: str
     group: ProcessGroup
     beats: dict[str, ChronoProcess] = field(default_factory=dict)
+    worker: ChronoProcess | None = None
 
     @property
     def executions(self) -> QuerySet:
@@ -70,6 +71,7 @@ class BenchPlatform:
                                              "--hostname", hostname, "--loglevel", "WARNING"],
                                   nice=nice)
         wait_for_worker(worker, hostname)
+        self.worker = worker
         return worker
 
     def schedule_steady(self, jobs: int, rate: float, *, lead_ms: int = 3_000) -> int:
