@@ -379,10 +379,7 @@ def resume(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
     is recorded as skipped. A one-time job whose time passed fires at once (``skip``: not at all).
     False when it was not PAUSED."""
     with transaction.atomic():
-        job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
-            job_id=job_id).first()
-        if job is None:
-            raise JobNotFound(f"no job {job_id} for this tenant")
+        job = _locked_job(job_id, tenant)
         if job.status != JobStatus.PAUSED:
             return False
         fire_ms = _resume_fire_ms(job, now_ms())
@@ -450,12 +447,7 @@ def reschedule(
     """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
     time. The running beat picks the change up through the timer (no restart)."""
     with transaction.atomic():
-        job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
-            job_id=job_id).first()
-        if job is None:
-            raise JobNotFound(f"no job {job_id} for this tenant")
-        if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
-            raise InvalidJob(f"job is {job.status}; create a new job instead", field="status")
+        job = _locked_job(job_id, tenant, editable=True)
         if job.cron_expression:
             if at is not None:
                 raise InvalidJob("at= is for one-time jobs; pass cron= or timezone=", field="at")
@@ -474,6 +466,18 @@ def reschedule(
                      data=audit.job_data(job))
         if job.status == JobStatus.ACTIVE:
             _add_timer_on_commit(job)
+    return job
+
+
+def _locked_job(job_id: uuid.UUID | str, tenant: TenantRef, *, editable: bool = False) -> Job:
+    """The tenant's job, locked for the caller's transaction; JobNotFound for another tenant's
+    or no job, InvalidJob when ``editable`` and the job has ended."""
+    job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
+        job_id=job_id).first()
+    if job is None:
+        raise JobNotFound(f"no job {job_id} for this tenant")
+    if editable and job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
+        raise InvalidJob(f"job is {job.status}; create a new job instead", field="status")
     return job
 
 
@@ -496,12 +500,7 @@ def configure(
     Occurrences published from now on carry the new settings (the beat reads them from the job
     row when it publishes; attempts already published keep theirs)."""
     with transaction.atomic():
-        job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
-            job_id=job_id).first()
-        if job is None:
-            raise JobNotFound(f"no job {job_id} for this tenant")
-        if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
-            raise InvalidJob(f"job is {job.status}; create a new job instead", field="status")
+        job = _locked_job(job_id, tenant, editable=True)
         changed: list[str] = []
         if retry is not None:
             job.retry_policy, job.max_retries = retry.to_json(), retry.max_attempts - 1

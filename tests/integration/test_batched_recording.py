@@ -36,6 +36,16 @@ def dispatched(tenant, count: int) -> list[str]:
     return ids
 
 
+def run_together(target, threads: int) -> None:
+    """``target(n)`` on ``threads`` threads at once; returns when all are done."""
+    running = [threading.Thread(target=target, args=(n,)) for n in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join(120)
+    assert not any(t.is_alive() for t in running)
+
+
 def start(execution_id: str, worker: str = "w1") -> StartRequest:
     return StartRequest(execution_id, 1, worker, 60_000, now_ms())
 
@@ -87,11 +97,7 @@ def test_threads_delivering_the_same_executions_at_once_start_each_exactly_once(
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=deliver, args=(n,)) for n in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_together(deliver, 16)
     assert all(len(w) == 1 for w in winners.values()), winners
     assert starts.batches < 16 * 20  # deliveries did share statements
     assert AuditEvent.objects.filter(action=audit.EXECUTION_STARTED).count() == 20
@@ -124,9 +130,5 @@ def test_statements_updating_the_same_executions_in_other_orders_do_not_deadlock
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=renew, args=(seed,)) for seed in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    run_together(renew, 3)
     assert errors == []
