@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models.functions import Now
 
 from chronoadmin.models import Tenant
 
@@ -109,8 +110,10 @@ class Job(models.Model):
     kwargs = models.JSONField(default=dict, blank=True)
     queue = models.CharField(max_length=200, default="chrono")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    # The database fills them too (db_default), so the bulk COPY leaves them out: parsing two
+    # timestamps per row cost PostgreSQL about a tenth of the COPY.
+    created_at = models.DateTimeField(auto_now_add=True, db_default=Now())
+    updated_at = models.DateTimeField(auto_now=True, db_default=Now())
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.CharField(max_length=200, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from django.db import transaction
-from django.utils import timezone as dj_timezone
 
 from chronoadmin.api import quota
 from chronoadmin.api.errors import NON_FIELD
@@ -46,7 +45,7 @@ _OPTION_COLUMNS = ("max_retries", "retry_policy", "soft_timeout_ms", "hard_timeo
                    "overlap_policy", "misfire_policy", "misfire_fire_all_limit", "jitter_ms")
 _PER_ROW = ("job_id", "name", "job_type", "cron_expression", "timezone", "next_run_at",
             "args", "kwargs", "queue", *_OPTION_COLUMNS)
-_PER_REQUEST = ("tenant", "status", "created_at", "updated_at")
+_PER_REQUEST = ("tenant", "status")  # created_at, updated_at: the database's default (now)
 
 
 @dataclass
@@ -157,8 +156,7 @@ def copy_jobs(tenant_id: uuid.UUID, job_ids: list[str], specs: list[JobSpec]) ->
     COPY treats specially; every other column is validated to be free of them.
     """
     plan = _copy_plan()
-    now = dj_timezone.now().isoformat()
-    constants = "\t".join([str(tenant_id), JobStatus.ACTIVE.value, now, now,
+    constants = "\t".join([str(tenant_id), JobStatus.ACTIVE.value,
                             *(copy_text(value) for value in plan.defaults)])
     copy_rows(plan.sql, (
         _copy_lines(job_ids[start:start + COPY_CHUNK], specs[start:start + COPY_CHUNK], constants)

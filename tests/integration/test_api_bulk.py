@@ -21,7 +21,8 @@ BULK = "/api/v1/jobs/bulk/"
 def test_every_valid_item_becomes_a_job_with_its_timer_in_request_order(
     tenant_api, django_capture_on_commit_callbacks
 ):
-    run_at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+    sent_at = datetime.now(UTC)
+    run_at = sent_at.replace(microsecond=0) + timedelta(hours=3)
     items = [
         {"job_type": "mail.send", "delay_ms": 60_000, "args": [1], "kwargs": {"to": "a@b"},
          "queue": "mail", "name": "first", "max_retries": 2},
@@ -40,6 +41,8 @@ def test_every_valid_item_becomes_a_job_with_its_timer_in_request_order(
         JobStatus.ACTIVE, tenant_api.tenant.tenant_id, None)
     assert second.next_run_at == run_at and second.queue == "chrono"
     assert (third.cron_expression, third.timezone) == ("0 6 * * *", "Asia/Tokyo")
+    # created_at and updated_at come from the database's default in a COPY.
+    assert sent_at - timedelta(seconds=1) < first.created_at == first.updated_at < datetime.now(UTC)
     tokyo = third.next_run_at.astimezone(ZoneInfo("Asia/Tokyo"))
     assert (tokyo.hour, tokyo.minute) == (6, 0)
     for job in (first, second, third):
