@@ -206,7 +206,7 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
     """The spec of the common bulk item, a one-time job by ``delay_ms`` with no options, when
     every field of it is plainly valid; None for anything else, which the rules above then
     check and word. It accepts only what they accept, with the same result (a test holds
-    them to that), at less than half the cost per item."""
+    them to that), at 60% of their cost (13 ms instead of 22 for 5,000 items)."""
     if type(item) is not dict or not item.keys() <= _PLAIN_FIELDS:
         return None
     get = item.get
