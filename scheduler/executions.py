@@ -13,6 +13,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from django.db import connection
 from django.utils import timezone
@@ -61,30 +62,22 @@ def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution 
     for index, request in enumerate(requests):
         first.setdefault((request.execution_id, request.attempt), index)
     unique = [requests[index] for index in first.values()]
+    columns = [
+        [uuid.UUID(r.execution_id) for r in unique],
+        [r.attempt for r in unique],
+        [r.worker_id for r in unique],
+        [ms_to_datetime(r.at_ms) for r in unique],
+        [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
+    ]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::text[], "
-            "%s::timestamptz[], %s::timestamptz[]) AS x(execution_id, attempt, worker_id, "
-            "started_at, lease_expires_at)), "
-            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
-            "u AS (UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
-            "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
-            "fencing_token = e.fencing_token + 1 FROM x JOIN l USING (execution_id) "
-            "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
-            "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
-            "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
-            "e.started_at, e.scheduled_for, e.fencing_token), "
-            f"a AS ({_STARTED_AUDIT}) "
-            "SELECT execution_id, fencing_token FROM u",
-            [
-                [uuid.UUID(r.execution_id) for r in unique],
-                [r.attempt for r in unique],
-                [r.worker_id for r in unique],
-                [ms_to_datetime(r.at_ms) for r in unique],
-                [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
-                [uuid.UUID(r.execution_id) for r in unique],
-            ],
-        )
+        if len(unique) == 1:
+            one = unique[0]
+            cursor.execute(_START_ONE_SQL, [
+                one.worker_id, ms_to_datetime(one.at_ms),
+                ms_to_datetime(one.at_ms + one.lease_ttl_ms), uuid.UUID(one.execution_id),
+                one.attempt])
+        else:
+            cursor.execute(_START_SQL, _parameters(columns))
         tokens = {str(execution_id): token for execution_id, token in cursor.fetchall()}
     results: list[StartedExecution | None] = [None] * len(requests)
     for (execution_id, attempt), index in first.items():
@@ -123,31 +116,23 @@ def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
     """:func:`finish_execution` for many runs with one statement; whether each was recorded."""
     if not requests:
         return []
+    columns = [
+        [uuid.UUID(r.started.execution_id) for r in requests],
+        [r.started.fencing_token for r in requests],
+        [str(r.status) for r in requests],
+        [ms_to_datetime(r.at_ms) for r in requests],
+        [_result_json(r.result) for r in requests],
+        [r.error for r in requests],
+        [r.exit_code for r in requests],
+    ]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], "
-            "%s::timestamptz[], %s::text[], %s::text[], %s::int[]) AS x(execution_id, "
-            "fencing_token, status, finished_at, result, error, exit_code)), "
-            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
-            "u AS (UPDATE chrono_execution AS e SET status = x.status, "
-            "finished_at = x.finished_at, result = x.result::jsonb, error = x.error, "
-            "exit_code = x.exit_code, lease_expires_at = NULL FROM x JOIN l USING (execution_id) "
-            "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
-            "AND e.status = 'RUNNING' "
-            "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
-            "e.status, e.exit_code, e.error, e.started_at, e.finished_at) "
-            f"{_FINISHED_AUDIT} RETURNING execution_id",
-            [
-                [uuid.UUID(r.started.execution_id) for r in requests],
-                [r.started.fencing_token for r in requests],
-                [str(r.status) for r in requests],
-                [ms_to_datetime(r.at_ms) for r in requests],
-                [_result_json(r.result) for r in requests],
-                [r.error for r in requests],
-                [r.exit_code for r in requests],
-                [uuid.UUID(r.started.execution_id) for r in requests],
-            ],
-        )
+        if len(requests) == 1:
+            one = requests[0]
+            cursor.execute(_finish_one_sql(str(one.status)), [
+                str(one.status), ms_to_datetime(one.at_ms), _result_json(one.result), one.error,
+                one.exit_code, uuid.UUID(one.started.execution_id), one.started.fencing_token])
+            return [cursor.rowcount == 1]
+        cursor.execute(_FINISH_SQL, _parameters(columns))
         recorded = {str(row[0]) for row in cursor.fetchall()}
     return [r.started.execution_id in recorded for r in requests]
 
@@ -185,6 +170,24 @@ _STARTED_AUDIT = audit.insert_select(
 )
 
 
+_FINISHED_DATA = (
+    "jsonb_strip_nulls(jsonb_build_object('attempt', u.attempt, 'worker_id', "
+    "u.worker_id, 'exit_code', u.exit_code, 'error', NULLIF(u.error, ''), 'duration_us', "
+    "(extract(epoch FROM u.finished_at - u.started_at) * 1000000)::bigint))"
+)
+
+
+def _finished_audit(status: str) -> str:
+    return audit.insert_select(
+        "u",
+        action_name=audit.FINISH_ACTIONS[status],
+        actor="'worker:' || u.worker_id",
+        occurred_at="u.finished_at",
+        execution_id="u.execution_id",
+        data=_FINISHED_DATA,
+    )
+
+
 _FINISHED_AUDIT = audit.insert_select(
     "u",
     action_sql="(CASE u.status " + " ".join(
@@ -193,10 +196,36 @@ _FINISHED_AUDIT = audit.insert_select(
     actor="'worker:' || u.worker_id",
     occurred_at="u.finished_at",
     execution_id="u.execution_id",
-    data="jsonb_strip_nulls(jsonb_build_object('attempt', u.attempt, 'worker_id', "
-    "u.worker_id, 'exit_code', u.exit_code, 'error', NULLIF(u.error, ''), 'duration_us', "
-    "(extract(epoch FROM u.finished_at - u.started_at) * 1000000)::bigint))",
+    data=_FINISHED_DATA,
 )
+
+
+def _batched(columns: str, update: str, tail: str) -> str:
+    """An update of the executions in rows ``x`` (one array per column, unnested; ``{rows}``
+    marks where the update's FROM goes), followed by ``tail``. The rows are locked in id order
+    first (``l``) so that concurrent batches never deadlock. A batch of one (every statement
+    of a prefork child) uses a plain single-row update instead: a quarter cheaper."""
+    names = [c.split("::")[0] for c in columns.split(", ")]
+    arrays = ", ".join(f"%s::{c.split('::')[1]}[]" for c in columns.split(", "))
+    return (f"WITH x AS (SELECT * FROM unnest({arrays}) AS x({', '.join(names)})), "
+            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
+            f"u AS ({update.replace('{rows}', 'FROM x JOIN l USING (execution_id)')}){tail}")
+
+
+def _parameters(columns: list[list[object]]) -> list[object]:
+    """Parameters of a statement built by :func:`_batched`: the arrays, then the ids to lock."""
+    return [*columns, columns[0]]
+
+
+@cache
+def _finish_one_sql(status: str) -> str:
+    return (
+        "WITH u AS (UPDATE chrono_execution SET status = %s, finished_at = %s, "
+        "result = %s::jsonb, error = %s, exit_code = %s, lease_expires_at = NULL "
+        "WHERE execution_id = %s AND fencing_token = %s AND status = 'RUNNING' "
+        "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, exit_code, error, "
+        f"started_at, finished_at) {_finished_audit(status)}"
+    )
 
 
 def _result_json(result: object) -> str | None:
@@ -206,3 +235,38 @@ def _result_json(result: object) -> str | None:
         return json.dumps(result)
     except (TypeError, ValueError):
         return json.dumps({"repr": repr(result)[:RESULT_REPR_LIMIT]})
+
+
+_START_ONE_SQL = (
+    "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %s, "
+    "started_at = %s, lease_expires_at = %s, fencing_token = fencing_token + 1 "
+    "WHERE execution_id = %s AND attempt = %s "
+    "AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+    "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
+    f"scheduled_for, fencing_token), a AS ({_STARTED_AUDIT}) "
+    "SELECT execution_id, fencing_token FROM u"
+)
+_START_SQL = _batched(
+    "execution_id::uuid, attempt::int, worker_id::text, started_at::timestamptz, "
+    "lease_expires_at::timestamptz",
+    "UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
+    "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
+    "fencing_token = e.fencing_token + 1 {rows} "
+    "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
+    "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+    "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.started_at, "
+    "e.scheduled_for, e.fencing_token",
+    f", a AS ({_STARTED_AUDIT}) SELECT execution_id, fencing_token FROM u",
+)
+_FINISH_SQL = _batched(
+    "execution_id::uuid, fencing_token::bigint, status::text, finished_at::timestamptz, "
+    "result::text, error::text, exit_code::int",
+    "UPDATE chrono_execution AS e SET status = x.status, finished_at = x.finished_at, "
+    "result = x.result::jsonb, error = x.error, exit_code = x.exit_code, "
+    "lease_expires_at = NULL {rows} "
+    "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
+    "AND e.status = 'RUNNING' "
+    "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.status, "
+    "e.exit_code, e.error, e.started_at, e.finished_at",
+    f" {_FINISHED_AUDIT} RETURNING execution_id",
+)
