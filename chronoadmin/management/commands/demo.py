@@ -73,8 +73,16 @@ class Command(BaseCommand):
         )
         for e in finished:
             seen.add(e.execution_id)
-            late = round((e.started_at - e.scheduled_for).total_seconds() * 1000)
             self.stdout.write(
                 f"  {e.scheduled_for:%H:%M:%S}  {e.status:<9} {e.job.job_type:<20} "
-                f"{e.job.name:<22} started {late:>4} ms late on {e.worker_id}"
+                f"{e.job.name:<22} {_what_happened(e)}"
             )
+
+
+def _what_happened(execution: Execution) -> str:
+    """How an ended execution went: when it started and where, or why it never ran (an
+    occurrence skipped by a misfire or overlap policy, or cancelled before it started)."""
+    if execution.started_at is None:
+        return f"did not run: {execution.reason or execution.status.lower()}"
+    late = round((execution.started_at - execution.scheduled_for).total_seconds() * 1000)
+    return f"started {late:>4} ms late on {execution.worker_id}"
