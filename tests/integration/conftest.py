@@ -1,12 +1,17 @@
-"""Fixtures of the REST API tests: API clients per tenant (real keys, real authentication),
-a staff session, and a way to change one config limit for one test."""
+"""Fixtures of the integration tests: API clients per tenant (real keys, real authentication),
+a staff session, a way to change one config limit for one test, and a RabbitMQ queue of the
+test's own."""
 
 from __future__ import annotations
 
+import uuid
+
+import amqp
 import pytest
 from rest_framework.test import APIClient
 
 from chronoadmin.config import get_config
+from scheduler.dispatch import amqp_connection_params
 
 
 class TenantApi(APIClient):
@@ -68,3 +73,13 @@ def chrono_config(monkeypatch):
     yield override
     monkeypatch.undo()
     get_config.cache_clear()
+
+
+@pytest.fixture
+def queue(services_up):
+    """A queue name of this test's own, deleted after it."""
+    name = f"it-{uuid.uuid4().hex[:10]}"
+    yield name
+    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
+        conn.connect()
+        conn.channel().queue_delete(name)

@@ -5,7 +5,6 @@ changed by PATCH, refused with a message saying what to change, and carried to t
 from __future__ import annotations
 
 import json
-import uuid
 
 import amqp
 import pytest
@@ -373,15 +372,6 @@ def test_odd_values_in_every_option_are_a_400_never_a_500(tenant_api, value):
 
 
 # The options reach the worker: the message the beat publishes for an occurrence.
-
-
-@pytest.fixture
-def queue(services_up):
-    name = f"it-{uuid.uuid4().hex[:10]}"
-    yield name
-    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
-        conn.connect()
-        conn.channel().queue_delete(name)
 
 
 def published(job_ids: list[str], queue: str) -> dict[str, amqp.Message]:

@@ -18,15 +18,6 @@ from scheduler.dispatch import (
 )
 
 
-@pytest.fixture
-def queue(services_up):
-    name = f"it-{uuid.uuid4().hex[:10]}"
-    yield name
-    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
-        conn.connect()
-        conn.channel().queue_delete(name)
-
-
 def drain(queue: str) -> list[amqp.Message]:
     messages = []
     with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
