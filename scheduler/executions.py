@@ -62,20 +62,16 @@ def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution 
     for index, request in enumerate(requests):
         first.setdefault((request.execution_id, request.attempt), index)
     unique = [requests[index] for index in first.values()]
-    columns = [
-        [uuid.UUID(r.execution_id) for r in unique],
-        [r.attempt for r in unique],
-        [r.worker_id for r in unique],
-        [ms_to_datetime(r.at_ms) for r in unique],
-        [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
-    ]
+    columns = {
+        "execution_id": [uuid.UUID(r.execution_id) for r in unique],
+        "attempt": [r.attempt for r in unique],
+        "worker_id": [r.worker_id for r in unique],
+        "started_at": [ms_to_datetime(r.at_ms) for r in unique],
+        "lease_expires_at": [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
+    }
     with connection.cursor() as cursor:
         if len(unique) == 1:
-            one = unique[0]
-            cursor.execute(_START_ONE_SQL, [
-                one.worker_id, ms_to_datetime(one.at_ms),
-                ms_to_datetime(one.at_ms + one.lease_ttl_ms), uuid.UUID(one.execution_id),
-                one.attempt])
+            cursor.execute(_START_ONE_SQL, _one_row(columns))
         else:
             cursor.execute(_START_SQL, _parameters(columns))
         tokens = {str(execution_id): token for execution_id, token in cursor.fetchall()}
@@ -116,21 +112,18 @@ def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
     """:func:`finish_execution` for many runs with one statement; whether each was recorded."""
     if not requests:
         return []
-    columns = [
-        [uuid.UUID(r.started.execution_id) for r in requests],
-        [r.started.fencing_token for r in requests],
-        [str(r.status) for r in requests],
-        [ms_to_datetime(r.at_ms) for r in requests],
-        [_result_json(r.result) for r in requests],
-        [r.error for r in requests],
-        [r.exit_code for r in requests],
-    ]
+    columns = {
+        "execution_id": [uuid.UUID(r.started.execution_id) for r in requests],
+        "fencing_token": [r.started.fencing_token for r in requests],
+        "status": [str(r.status) for r in requests],
+        "finished_at": [ms_to_datetime(r.at_ms) for r in requests],
+        "result": [_result_json(r.result) for r in requests],
+        "error": [r.error for r in requests],
+        "exit_code": [r.exit_code for r in requests],
+    }
     with connection.cursor() as cursor:
         if len(requests) == 1:
-            one = requests[0]
-            cursor.execute(_finish_one_sql(str(one.status)), [
-                str(one.status), ms_to_datetime(one.at_ms), _result_json(one.result), one.error,
-                one.exit_code, uuid.UUID(one.started.execution_id), one.started.fencing_token])
+            cursor.execute(_finish_one_sql(columns["status"][0]), _one_row(columns))
             return [cursor.rowcount == 1]
         cursor.execute(_FINISH_SQL, _parameters(columns))
         recorded = {str(row[0]) for row in cursor.fetchall()}
@@ -212,17 +205,25 @@ def _batched(columns: str, update: str, tail: str) -> str:
             f"u AS ({update.replace('{rows}', 'FROM x JOIN l USING (execution_id)')}){tail}")
 
 
-def _parameters(columns: list[list[object]]) -> list[object]:
-    """Parameters of a statement built by :func:`_batched`: the arrays, then the ids to lock."""
-    return [*columns, columns[0]]
+def _parameters(columns: dict[str, list[object]]) -> list[object]:
+    """Parameters of a statement built by :func:`_batched`: the arrays (in the order of its
+    ``columns``), then the ids to lock."""
+    return [*columns.values(), columns["execution_id"]]
+
+
+def _one_row(columns: dict[str, list[object]]) -> dict[str, object]:
+    """Parameters of a single-row statement: each column's one value, by name."""
+    return {name: values[0] for name, values in columns.items()}
 
 
 @cache
 def _finish_one_sql(status: str) -> str:
     return (
-        "WITH u AS (UPDATE chrono_execution SET status = %s, finished_at = %s, "
-        "result = %s::jsonb, error = %s, exit_code = %s, lease_expires_at = NULL "
-        "WHERE execution_id = %s AND fencing_token = %s AND status = 'RUNNING' "
+        "WITH u AS (UPDATE chrono_execution SET status = %(status)s, "
+        "finished_at = %(finished_at)s, result = %(result)s::jsonb, error = %(error)s, "
+        "exit_code = %(exit_code)s, lease_expires_at = NULL "
+        "WHERE execution_id = %(execution_id)s AND fencing_token = %(fencing_token)s "
+        "AND status = 'RUNNING' "
         "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, exit_code, error, "
         f"started_at, finished_at) {_finished_audit(status)}"
     )
@@ -238,9 +239,10 @@ def _result_json(result: object) -> str | None:
 
 
 _START_ONE_SQL = (
-    "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %s, "
-    "started_at = %s, lease_expires_at = %s, fencing_token = fencing_token + 1 "
-    "WHERE execution_id = %s AND attempt = %s "
+    "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %(worker_id)s, "
+    "started_at = %(started_at)s, lease_expires_at = %(lease_expires_at)s, "
+    "fencing_token = fencing_token + 1 "
+    "WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s "
     "AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
     "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
     f"scheduled_for, fencing_token), a AS ({_STARTED_AUDIT}) "
