@@ -19,7 +19,7 @@ from django.db import connection
 
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.dispatch import Publisher, TaskMessage
-from scheduler.occurrences import decode_json
+from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER, decode_json
 from scheduler.retry import RetryPolicy, effective_policy, retry_tier_ms
 from scheduler.timers import TimerStore
 from search import audit
@@ -208,13 +208,15 @@ def mark_dispatched(rows: list[AttemptRow], *, at_ms: int) -> None:
     if rows:
         with connection.cursor() as cursor:
             cursor.execute(
-                "WITH u AS (UPDATE chrono_execution SET status = 'DISPATCHED', dispatched_at = %s "
-                "WHERE execution_id = ANY(%s) AND status = 'RETRY_WAIT' "
-                "RETURNING execution_id, job_id, tenant_id, attempt, dispatched_at) "
+                f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
+                "u AS (UPDATE chrono_execution AS e SET status = 'DISPATCHED', "
+                "dispatched_at = %s FROM l WHERE e.execution_id = l.execution_id "
+                "AND e.status = 'RETRY_WAIT' "
+                "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.dispatched_at) "
                 + audit.insert_select(
                     "u", action_name=audit.EXECUTION_DISPATCHED, actor=f"'{audit.BEAT_ACTOR}'",
                     occurred_at="u.dispatched_at", execution_id="u.execution_id",
                     data="jsonb_build_object('attempt', u.attempt)"),
-                [ms_to_datetime(at_ms), [uuid.UUID(r.execution_id) for r in rows]],
+                [[uuid.UUID(r.execution_id) for r in rows], ms_to_datetime(at_ms)],
             )
 

@@ -23,7 +23,7 @@ from search import audit
 CANCEL_CHANNEL = "chrono:cancel"
 _RETURNING = "execution_id, job_id, tenant_id, attempt, reason, finished_at"
 # The audit row of a cancellation, in the statement that makes it (actor as a parameter).
-_CANCELLED_AUDIT = audit.insert_select(
+CANCELLED_AUDIT = audit.insert_select(
     "u",
     action_name=audit.EXECUTION_CANCELLED,
     actor="%s",
@@ -69,7 +69,7 @@ def finish_cancelled(started: StartedExecution) -> bool:
             "lease_expires_at = NULL, exit_code = 1 "
             "WHERE execution_id = %s AND fencing_token = %s AND status = 'RUNNING' "
             f"AND cancel_requested_at IS NOT NULL RETURNING {_RETURNING}) "
-            f"{_CANCELLED_AUDIT} RETURNING 1",
+            f"{CANCELLED_AUDIT} RETURNING 1",
             [ms_to_datetime(now_ms()), uuid.UUID(started.execution_id), started.fencing_token,
              "worker"],
         )
@@ -86,7 +86,7 @@ def settle_cancelled_lost(execution_ids: list[str]) -> int:
             "lease_expires_at = NULL, fencing_token = fencing_token + 1 "
             "WHERE execution_id = ANY(%s) AND status = 'RUNNING' "
             f"AND cancel_requested_at IS NOT NULL RETURNING {_RETURNING}) "
-            f"{_CANCELLED_AUDIT} RETURNING 1",
+            f"{CANCELLED_AUDIT} RETURNING 1",
             [ms_to_datetime(now_ms()), [uuid.UUID(i) for i in execution_ids], "reaper"],
         )
         return cursor.rowcount

@@ -283,7 +283,7 @@ def forget_scheduled(execution_ids: Sequence[str]) -> None:
 def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> None:
     """Overlap policy ``cancel_previous``: earlier waiting occurrences are cancelled, running
     ones are asked to stop (announced to their workers)."""
-    from scheduler.cancellation import CANCEL_CHANNEL
+    from scheduler.cancellation import CANCEL_CHANNEL, CANCELLED_AUDIT
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -292,11 +292,8 @@ def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> 
             "WHERE job_id = ANY(%s) AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
             "AND NOT execution_id = ANY(%s) "
             "RETURNING execution_id, job_id, tenant_id, attempt, reason, finished_at) "
-            + audit.insert_select(
-                "u", action_name=audit.EXECUTION_CANCELLED, actor=f"'{audit.BEAT_ACTOR}'",
-                occurred_at="u.finished_at", execution_id="u.execution_id",
-                data="jsonb_build_object('attempt', u.attempt, 'reason', u.reason)"),
-            [[uuid.UUID(j) for j in job_ids], list(exclude)],
+            + CANCELLED_AUDIT,
+            [[uuid.UUID(j) for j in job_ids], list(exclude), audit.BEAT_ACTOR],
         )
         cursor.execute(
             "UPDATE chrono_execution SET cancel_requested_at = now(), "

@@ -65,3 +65,20 @@ def test_the_last_attempt_is_dead_lettered_and_a_stale_token_is_refused(tenant, 
     assert execution.status == "DEAD_LETTERED" and "not retryable" in execution.reason
     assert actions_of(started.execution_id)[-2:] == [audit.EXECUTION_LOST,
                                                      audit.EXECUTION_DEAD_LETTERED]
+
+
+def test_attempts_sent_from_a_retry_timer_are_marked_dispatched_with_their_audit_rows(tenant):
+    from scheduler.attempts import load_waiting, mark_dispatched
+    from scheduler.clock import now_ms
+
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+    waiting = [execution_id_for(str(job.job_id), ms) for ms in (1_000, 2_000)]
+    for execution_id in waiting:
+        Execution.objects.create(execution_id=execution_id, job=job, tenant=tenant, attempt=2,
+                                 scheduled_for=job.next_run_at, status="RETRY_WAIT")
+    rows = load_waiting([(str(e), 2) for e in waiting])
+    assert len(rows) == 2
+    mark_dispatched(rows, at_ms=now_ms())
+    assert set(Execution.objects.filter(pk__in=waiting).values_list("status", flat=True)) == {
+        "DISPATCHED"}
+    assert all(actions_of(e) == [audit.EXECUTION_DISPATCHED] for e in waiting)
