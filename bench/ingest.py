@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from bench.common import ensure_platform_ready, machine, summarize_ms
-from bench.platform import use_bench_redis_db
+from bench.platform import clean_up, use_bench_redis_db
 from chronoadmin.models import ApiKey, Tenant
 from chronoadmin.processes import REPO_ROOT, ChronoProcess
 from scheduler.api import timer_store
@@ -121,24 +121,6 @@ def wait_for_web(web: ChronoProcess, port: int, api_key: str) -> None:
             return False
 
     web.wait_until(answers, timeout_s=60, what="answering HTTP")
-
-
-def clean_up(tenant: Tenant) -> None:
-    from django.db import connection
-
-    from search.models import AuditEvent
-
-    # Raw deletes: the ORM's cascade would load every job id first. The audit rows go too, so
-    # an indexer running on this machine does not ship millions of benchmark events. The
-    # vacuum reclaims the million dead rows now: left to autovacuum, it runs whenever it comes
-    # round, possibly during the next benchmark, taking a share of its two cores.
-    tables = (AuditEvent._meta.db_table, "chrono_execution", "chrono_job")
-    with connection.cursor() as cursor:
-        for table in tables:
-            cursor.execute(f"DELETE FROM {table} WHERE tenant_id = %s", [tenant.tenant_id])
-        for table in tables:
-            cursor.execute(f"VACUUM {table}")
-    timer_store().client.flushdb()
 
 
 def run(argv: list[str]) -> dict[str, object]:
