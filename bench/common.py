@@ -103,8 +103,9 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_by_role(
     *, beat_pids: Sequence[int] = (), worker_pid: int | None = None
 ) -> dict[str, float]:
-    """CPU seconds used so far by PostgreSQL, RabbitMQ, beat processes and the worker's process
-    tree (from /proc: what each part of the platform costs a benchmark)."""
+    """CPU seconds used so far by PostgreSQL, RabbitMQ, Redis, the search engine, beat processes,
+    the worker's process tree and this benchmark process, and by the whole machine (``machine``,
+    every core's busy time), from /proc: what each part of the platform costs a benchmark."""
     workers = _descendants(worker_pid) if worker_pid else set()
     beats = set(beat_pids)
     totals: dict[str, float] = {}
@@ -117,11 +118,17 @@ def cpu_by_role(
             continue
         pid = int(stat.parent.name)
         role = ("worker" if pid in workers else "beat" if pid in beats
+                else "bench" if pid == os.getpid()
                 else "postgresql" if name.startswith("postgres")
-                else "rabbitmq" if name in ("beam.smp", "erl_child_setup") else None)
+                else "rabbitmq" if name in ("beam.smp", "erl_child_setup")
+                else "redis" if name.startswith("redis-server")
+                else "search" if name == "java" else None)
         if role:
             # utime + stime + children's, in clock ticks
             totals[role] = totals.get(role, 0.0) + sum(int(v) for v in rest[11:15]) / _TICKS
+    # Every core's busy time (all processes, the kernel, interrupts): what the roles leave out.
+    busy = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    totals["machine"] = (sum(int(v) for v in busy) - int(busy[3]) - int(busy[4])) / _TICKS
     return totals
 
 
