@@ -7,9 +7,11 @@ One loop, no polling at tick rate:
   whether a claimed timer outlived its ack deadline;
 * timers added inside the window are announced on pub/sub and inserted in the wheel at once, so
   "run in 50 ms" fires on time;
-* it sleeps until the wheel's next expiry; on expiry it claims the due timers of those shards (a
-  fenced Lua claim), publishes them in one confirmed batch, records them in PostgreSQL, and
-  acknowledges them (cron jobs get their next occurrence on ack).
+* it sleeps until ``prepare_ahead_ms`` before the wheel's next expiry; then it claims the due
+  timers of those shards (a fenced Lua claim), writes their executions and builds their messages,
+  and hands them to the firer thread (:mod:`scheduler.firing`), which publishes them at their fire
+  time in one confirmed batch; the recorder thread records them in PostgreSQL and acknowledges
+  them (cron jobs get their next occurrence on ack).
 
 A failed iteration (Redis, RabbitMQ or PostgreSQL unreachable) is logged with its cause and retried
 with back-off; the claimed timers stay inflight and are published again after their deadline, so
@@ -18,14 +20,12 @@ nothing is lost.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -48,6 +48,14 @@ from scheduler.attempts import (
 )
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.firing import (
+    MAX_BACKOFF_S,
+    ConfirmedBatch,
+    Firer,
+    Prepared,
+    Recorder,
+    drop_unsure_leases,
+)
 from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
 from scheduler.models import OverlapPolicy
 from scheduler.ownership import ShardOwnership
@@ -65,7 +73,6 @@ OWNERSHIP_REFRESH_MS = 1_000
 STATS_LOG_INTERVAL_MS = 10_000
 OVERLAP_RECHECK_MS = 1_000
 SCAN_SLICES = 4
-MAX_BACKOFF_S = 5.0
 
 log = logging.getLogger("chrono.beat")
 
@@ -95,6 +102,10 @@ class BeatCounters:
             yield
         finally:
             self.phase_ms[phase] += (time.perf_counter() - started) * 1000
+
+    def note_lateness(self, lateness_ms: Iterable[int]) -> None:
+        self.dispatch_lateness_ms.extend(lateness_ms)
+        del self.dispatch_lateness_ms[:-10_000]
 
     def summary(self) -> str:
         lateness = sorted(self.dispatch_lateness_ms)
@@ -133,6 +144,11 @@ class Beat:
         self.counters = BeatCounters()
         self._wakeup = threading.Event()
         self.recorder = Recorder(store, self.counters, wake=self._wakeup.set)
+        # The publisher is the firer's; retries sent from timers take it under this lock.
+        self._publish_lock = threading.Lock()
+        self.firer = Firer(publisher=publisher, publish_lock=self._publish_lock,
+                           ownership=self.ownership, counters=self.counters,
+                           recorder=self.recorder, replica_id=replica_id, clock=clock)
         self.reconciler = Reconciler(store, interval_ms=config.reconcile_shard_interval_ms)
         self._scanned_until: dict[int, int] = {}
         self._announced: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
@@ -140,9 +156,7 @@ class Beat:
         self._next_refresh_ms = 0
         self._next_scan_ms = 0
         self._pending_shards: set[int] = set()
-        # Prepared occurrences by fire time: (fire ms, sequence, _Ready).
-        self._ready: list[tuple[int, int, _Ready]] = []
-        self._sequence = itertools.count()
+        self._prepared_at_ms = 0
         self._next_stats_ms = 0
         self._scan_slice = 0
 
@@ -156,6 +170,7 @@ class Beat:
         listener = threading.Thread(target=self._listen, name="chrono-announce", daemon=True)
         listener.start()
         self.recorder.start()
+        self.firer.start()
         self.reconciler.start()
         backoff_s = 0.1
         log.info("beat replica %s started", self.replica_id)
@@ -178,7 +193,7 @@ class Beat:
 
     def _leave(self) -> None:
         self.reconciler.stop()
-        self._publish_prepared()
+        self.firer.finish()
         self.recorder.close()
         try:
             self.ownership.leave()
@@ -192,12 +207,21 @@ class Beat:
         wake_at = min(self._next_scan_ms, self._next_refresh_ms)
         next_fire = self.wheel.next_fire_ms()
         if next_fire is not None:
-            wake_at = min(wake_at, next_fire - self.config.prepare_ahead_ms)
-        if self._ready:
-            wake_at = min(wake_at, self._ready[0][0])
+            wake_at = min(wake_at, self._prepare_at(next_fire))
         if wake_at > now:
             self._wakeup.wait((wake_at - now) / 1000)
         self._wakeup.clear()
+
+    def _prepare_at(self, next_fire_ms: int) -> int:
+        """When to prepare the timer due at ``next_fire_ms``: ``prepare_ahead_ms`` before it,
+        but not sooner than half of that after the last preparation (each preparation takes
+        a slice of half the horizon, not the one millisecond that just entered it), unless the
+        timer is due within that half (one announced at short notice)."""
+        ahead = self.config.prepare_ahead_ms
+        if not ahead:
+            return next_fire_ms
+        batched = max(next_fire_ms - ahead, self._prepared_at_ms + ahead // 2)
+        return min(batched, next_fire_ms - ahead // 2)
 
     # -- one iteration --------------------------------------------------------------------------
 
@@ -215,16 +239,15 @@ class Beat:
                 self._scan(now)
         self._take_announcements()
         self._fenced(_drain(self.recorder.fenced))
-        self.publish_ready()
         # Timers due within prepare_ahead_ms are claimed and prepared now, so that only the
-        # publish is left for their fire time.
+        # publish is left for their fire time (the firer's).
         horizon = now + self.config.prepare_ahead_ms
         for timer_id, _ in self.wheel.advance(horizon):
             self._pending_shards.add(self.store.shard_of(timer_id))
         if self._pending_shards:
             shards, self._pending_shards = self._pending_shards, set()
+            self._prepared_at_ms = now
             self.fire(sorted(shards), horizon)
-        self.publish_ready()
 
     def _refresh_ownership(self, now: int) -> None:
         change = self.ownership.refresh(now)
@@ -331,11 +354,11 @@ class Beat:
 
     def dispatch(self, claimed: Sequence[ClaimedTimer]) -> None:
         """Prepare one claimed batch (execution rows, misfire and overlap decisions, messages)
-        and queue its occurrences for publishing at their fire times (:meth:`publish_ready`);
-        timers claimed up to ``prepare_ahead_ms`` early wait in memory, inflight in Redis."""
+        and hand its occurrences to the firer, which publishes each at its fire time; timers
+        claimed up to ``prepare_ahead_ms`` early wait in memory, inflight in Redis."""
         retries = [t for t in claimed if RETRY_TIMER_SEPARATOR in t.timer_id]
         if retries:
-            self._wait_until(max(t.fire_at_ms for t in retries), ignore_stop=True)
+            self._wait_until(max(t.fire_at_ms for t in retries))
             self._dispatch_retries(retries)
             claimed = [t for t in claimed if RETRY_TIMER_SEPARATOR not in t.timer_id]
         claimed = sorted(claimed, key=lambda t: t.fire_at_ms)
@@ -372,65 +395,16 @@ class Beat:
             timer, job, fire_ms_list, _ = fired
             messages = [_task_message(job, ms, batch.leases[timer.shard]) for ms in fire_ms_list]
             due_ms = max(fire_ms_list, default=0)  # nothing to publish: record at once
-            heapq.heappush(self._ready, (due_ms, next(self._sequence),
-                                         _Ready(batch.leases, fired, messages)))
+            self.firer.put(due_ms, Prepared(batch.leases, fired, messages))
         if batch.acks:
             acks = ConfirmedBatch(leases=batch.leases, acks=batch.acks)
-            self._drop_unsure_leases(acks)
+            drop_unsure_leases(acks, self.ownership, self.counters, self.replica_id)
             self.recorder.submit(acks)
-        self.publish_ready()
 
-    def publish_ready(self) -> None:
-        """Publish, in one confirmed batch, every prepared occurrence whose fire time has come;
-        its recording and acks go to the recorder thread."""
-        now = self.clock()
-        due: dict[int, list[_Ready]] = {}
-        while self._ready and self._ready[0][0] <= now:
-            ready = heapq.heappop(self._ready)[2]
-            due.setdefault(id(ready.leases), []).append(ready)
-        for group in due.values():
-            self._publish(group)
-
-    def _publish(self, group: list[_Ready]) -> None:
-        """Publish occurrences prepared under the same leases; what the lease check drops stays
-        inflight for the shard's next owner."""
-        batch = ConfirmedBatch(leases=group[0].leases, fired=[r.fired for r in group])
-        self._drop_unsure_leases(batch)
-        kept = {id(f) for f in batch.fired}
-        messages = [m for r in group if id(r.fired) in kept for m in r.messages]
-        if messages:
-            with self.counters.timed("publish"):
-                self.publisher.publish_batch(messages)
-            batch.confirmed_at_ms = self.clock()
-            self.counters.published += len(messages)
-            self.counters.redelivered += sum(1 for t, *_ in batch.fired if t.redelivered)
-            self.counters.dispatch_lateness_ms.extend(
-                batch.confirmed_at_ms - fire_ms
-                for _, _, fire_ms_list, _ in batch.fired
-                for fire_ms in fire_ms_list
-            )
-            del self.counters.dispatch_lateness_ms[:-10_000]
-        self.recorder.submit(batch)
-        self.counters.batches += 1
-
-    def _publish_prepared(self) -> None:
-        """At a clean stop: publish what was prepared (due within ``prepare_ahead_ms``) at its
-        time rather than leave it inflight until the next owner's ack deadline."""
-        try:
-            while self._ready:
-                self._wait_until(self._ready[0][0], ignore_stop=True)
-                self.publish_ready()
-        except (redis.RedisError, DatabaseError, DispatchError, OSError) as exc:
-            log.error("could not publish prepared occurrences at stop (they are redelivered "
-                      "after their ack deadline): %r", exc)
-
-    def _wait_until(self, at_ms: int, *, ignore_stop: bool = False) -> None:
+    def _wait_until(self, at_ms: int) -> None:
         """Sleep until ``at_ms`` (never publish an occurrence before its time)."""
         while (delay_ms := at_ms - self.clock()) > 0:
-            if ignore_stop:
-                time.sleep(delay_ms / 1000)
-            elif self._stopping.wait(delay_ms / 1000):
-                return
+            time.sleep(delay_ms / 1000)
 
     def _dispatch_retries(self, timers: Sequence[ClaimedTimer]) -> None:
         """Timers ``<execution id>#<attempt>``: attempts whose backoff was too long for a
@@ -440,11 +414,11 @@ class Beat:
         rows = load_waiting(wanted)
         batch = ConfirmedBatch(leases=dict(self.ownership.leases),
                                acks=[(t, None) for t in timers])
-        self._drop_unsure_leases(batch)
+        drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
         sure = {t.timer_id.split(RETRY_TIMER_SEPARATOR)[0] for t, _ in batch.acks}
         rows = [row for row in rows if row.execution_id in sure]
         if rows:
-            with self.counters.timed("publish"):
+            with self.counters.timed("publish"), self._publish_lock:
                 self.publisher.publish_batch([row.message(row.attempt) for row in rows])
             mark_dispatched(rows, at_ms=self.clock())
             self.counters.published += len(rows)
@@ -497,18 +471,6 @@ class Beat:
         self.counters.overlap_skipped += len(skipped)
         return skipped
 
-    def _drop_unsure_leases(self, batch: ConfirmedBatch) -> None:
-        """Publish nothing of a shard whose lease may have expired while this batch was being
-        prepared (a pause longer than the lease): it stays inflight for the next owner."""
-        unsure = {t.shard for t, *_ in batch.fired if not self.ownership.surely_held(t.shard)}
-        unsure |= {t.shard for t, _ in batch.acks if not self.ownership.surely_held(t.shard)}
-        if unsure:
-            log.warning("replica %s: lease of shards %s may have expired; publishing nothing of "
-                        "them", self.replica_id, sorted(unsure))
-            self.counters.fenced += len(unsure)
-            batch.fired = [f for f in batch.fired if f[0].shard not in unsure]
-            batch.acks = [a for a in batch.acks if a[0].shard not in unsure]
-
     def _plan(self, job: occurrences.DueJob, fire_at_ms: int, now: int) -> FirePlan:
         plan = plan_occurrences(
             schedule=job.schedule,
@@ -520,30 +482,6 @@ class Beat:
         if plan.next_ms is not None:
             plan.next_ms = jittered_ms(job.job_id, plan.next_ms, job.jitter_ms)
         return plan
-
-
-@dataclass
-class ConfirmedBatch:
-    """A claimed batch after its publish was confirmed: what is left to record and ack.
-
-    ``fired`` holds, per claimed timer whose job fired: the job, the occurrences published for
-    it (one, or several after a misfire) and its next fire time (None: none, one-time job)."""
-
-    leases: dict[int, str]
-    acks: list[tuple[ClaimedTimer, int | None]] = field(default_factory=list)
-    fired: list[tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]] = field(
-        default_factory=list
-    )
-    confirmed_at_ms: int = 0
-
-
-@dataclass
-class _Ready:
-    """A prepared occurrence (or several, after a misfire) waiting for its fire time."""
-
-    leases: dict[int, str]
-    fired: tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]
-    messages: list[TaskMessage]
 
 
 # Errors PostgreSQL raises for what a statement holds, not for being unreachable: retrying the
@@ -569,79 +507,6 @@ def dispatch_isolating(
         middle = len(claimed) // 2
         dispatch_isolating(dispatch, claimed[:middle], refused)
         dispatch_isolating(dispatch, claimed[middle:], refused)
-
-
-class Recorder(threading.Thread):
-    """Records confirmed batches in PostgreSQL and acknowledges them in Redis, off the firing
-    path: the beat publishes the next batch while this one is written.
-
-    A batch that cannot be recorded (PostgreSQL or Redis down) is retried with back-off; its
-    timers stay inflight meanwhile, so a replica that dies here loses nothing (they are published
-    again after their deadline and the worker-side start lets only one delivery run).
-    """
-
-    def __init__(
-        self, store: TimerStore, counters: BeatCounters, *, wake: Callable[[], None]
-    ) -> None:
-        super().__init__(name="chrono-recorder", daemon=True)
-        self.store = store
-        self.counters = counters
-        self.wake = wake
-        self.fenced: queue.SimpleQueue[int] = queue.SimpleQueue()
-        # Next fire times the acks just wrote, for the beat's wheel: a cron job's next
-        # occurrence usually falls inside the window the beat already scanned.
-        self.rearmed: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
-        self._batches: queue.Queue[ConfirmedBatch | None] = queue.Queue()
-
-    def submit(self, batch: ConfirmedBatch) -> None:
-        self._batches.put(batch)
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Record what was submitted, then stop."""
-        self._batches.put(None)
-        self.join(timeout_s)
-
-    def run(self) -> None:
-        while (batch := self._batches.get()) is not None:
-            backoff_s = 0.1
-            while True:
-                try:
-                    self.record(batch)
-                    break
-                except (redis.RedisError, DatabaseError) as exc:
-                    log.error("recording a batch failed, retrying in %.1f s: %r", backoff_s, exc)
-                    close_old_connections()
-                    time.sleep(backoff_s)
-                    backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
-
-    def record(self, batch: ConfirmedBatch) -> None:
-        acks = list(batch.acks)
-        if batch.fired:
-            advances = [(job.job_id, t.fire_at_ms, nxt) for t, job, _, nxt in batch.fired]
-            with self.counters.timed("record"):
-                advanced = occurrences.record_dispatched(
-                    [
-                        execution_id_for(job.job_id, fire_ms)
-                        for _, job, fire_ms_list, _ in batch.fired
-                        for fire_ms in fire_ms_list
-                    ],
-                    confirmed_at_ms=batch.confirmed_at_ms,
-                    advances=advances,
-                )
-            acks += [
-                (timer, nxt if job.job_id in advanced else None)
-                for timer, job, _, nxt in batch.fired
-            ]
-        with self.counters.timed("ack"):
-            fenced = self.store.ack(batch.leases, acks)
-        for shard in fenced:
-            self.fenced.put(shard)
-        rearmed = [(t.shard, t.timer_id, nxt) for t, nxt in acks
-                   if nxt is not None and t.shard not in fenced]
-        for item in rearmed:
-            self.rearmed.put(item)
-        if rearmed or fenced:
-            self.wake()
 
 
 def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage:

@@ -18,6 +18,7 @@ from functools import cache
 from django.db import connection
 from django.utils import timezone
 
+from scheduler import prepared
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.models import ExecutionStatus
 from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
@@ -69,7 +70,7 @@ def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution 
         "started_at": [ms_to_datetime(r.at_ms) for r in unique],
         "lease_expires_at": [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
     }
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         if len(unique) == 1:
             cursor.execute(_START_ONE_SQL, _one_row(columns))
         else:
@@ -121,7 +122,7 @@ def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
         "error": [r.error for r in requests],
         "exit_code": [r.exit_code for r in requests],
     }
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         if len(requests) == 1:
             cursor.execute(_finish_one_sql(columns["status"][0]), _one_row(columns))
             return [cursor.rowcount == 1]

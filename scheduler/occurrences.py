@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from django.db import connection
 
+from scheduler import prepared
 from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.cron import CronSchedule, parse_cron
 from scheduler.misfire import MisfirePolicy, MisfireRule
@@ -118,7 +119,7 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
     if not claimed:
         return {}
     job_ids = [uuid.UUID(job_id) for job_id, _ in claimed]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::timestamptz[]) "
             "  AS x(execution_id, job_id, fired_at)), "
@@ -149,40 +150,42 @@ LOCK_EXECUTIONS_IN_ORDER = (
 
 
 def record_dispatched(
-    execution_ids: Sequence[uuid.UUID],
+    dispatched: Sequence[tuple[uuid.UUID, int]],
     *,
-    confirmed_at_ms: int,
-    advances: Sequence[tuple[str, int, int | None]],
+    advances: Sequence[tuple[str, int, int | None, int]],
 ) -> set[str]:
-    """After RabbitMQ confirmed a batch: mark its executions ``DISPATCHED`` (unless a worker
-    already started them) and advance each job ``(job id, fired ms, next ms or None)`` whose
-    ``next_run_at`` still equals the fired occurrence. Returns the ids of the jobs advanced.
-    One statement (both updates commit together or not at all), one round trip."""
-    if not advances:
-        advances = []
-    with connection.cursor() as cursor:
+    """After RabbitMQ confirmed their publish: mark executions ``(execution id, confirm ms)``
+    ``DISPATCHED`` (unless a worker already started them) and advance each job ``(job id,
+    fired ms, next ms or None, confirm ms)`` whose ``next_run_at`` still equals the fired
+    occurrence. Returns the ids of the jobs advanced. One statement (both updates commit
+    together or not at all), one round trip, for any number of confirmed batches."""
+    with prepared.cursor() as cursor:
         cursor.execute(
-            f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
-            "e AS (UPDATE chrono_execution AS c SET dispatched_at = %s, status = CASE "
-            "  WHEN c.status = 'SCHEDULED' THEN 'DISPATCHED' ELSE c.status END FROM l "
-            "  WHERE c.execution_id = l.execution_id AND c.dispatched_at IS NULL "
+            "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
+            "AS d(execution_id, confirmed_at)), "
+            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
+            "e AS (UPDATE chrono_execution AS c SET dispatched_at = d.confirmed_at, status = CASE "
+            "  WHEN c.status = 'SCHEDULED' THEN 'DISPATCHED' ELSE c.status END "
+            "  FROM d JOIN l USING (execution_id) "
+            "  WHERE c.execution_id = d.execution_id AND c.dispatched_at IS NULL "
             "  RETURNING c.execution_id, c.job_id, c.tenant_id, c.attempt, c.scheduled_for, "
             "  c.dispatched_at), "
             "j AS (UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
             "status = CASE WHEN x.next_run_at IS NULL THEN 'COMPLETED' ELSE j.status END "
-            "FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) "
-            "AS x(job_id, fired_at, next_run_at) "
+            "FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[]) "
+            "AS x(job_id, fired_at, next_run_at, confirmed_at) "
             "WHERE j.job_id = x.job_id AND j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
-            "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at), "
+            "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at, x.confirmed_at), "
             f"a AS ({_DISPATCHED_AUDIT}) "
             "SELECT job_id FROM j",
             [
-                list(execution_ids),
-                ms_to_datetime(confirmed_at_ms),
-                [uuid.UUID(job_id) for job_id, _, _ in advances],
-                [ms_to_datetime(fired) for _, fired, _ in advances],
-                [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt in advances],
-                ms_to_datetime(confirmed_at_ms),
+                [execution_id for execution_id, _ in dispatched],
+                [ms_to_datetime(ms) for _, ms in dispatched],
+                [execution_id for execution_id, _ in dispatched],
+                [uuid.UUID(job_id) for job_id, _, _, _ in advances],
+                [ms_to_datetime(fired) for _, fired, _, _ in advances],
+                [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
+                [ms_to_datetime(ms) for _, _, _, ms in advances],
             ],
         )
         return {str(row[0]) for row in cursor.fetchall()}
@@ -236,7 +239,7 @@ _DISPATCHED_AUDIT = audit.insert_rows(audit.select_rows(
     "j",
     action_name=audit.JOB_COMPLETED,
     actor=f"'{audit.BEAT_ACTOR}'",
-    occurred_at="%s::timestamptz",  # the confirm time, as for the dispatch
+    occurred_at="j.confirmed_at",  # the confirm time, as for the dispatch
     where="j.status = 'COMPLETED'",
 ))
 _SKIPPED_AUDIT = audit.insert_select(

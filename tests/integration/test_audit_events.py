@@ -33,9 +33,9 @@ def dispatch(job) -> str:
     due = occurrences.load_and_insert([(str(job.job_id), fire_ms)])[str(job.job_id)]
     execution_id = execution_id_for(str(job.job_id), fire_ms)
     next_ms = None if due.schedule is None else due.schedule.next_fire_ms(fire_ms)
-    occurrences.record_dispatched(
-        [execution_id], confirmed_at_ms=now_ms(), advances=[(str(job.job_id), fire_ms, next_ms)]
-    )
+    confirmed_ms = now_ms()
+    occurrences.record_dispatched([(execution_id, confirmed_ms)],
+                                  advances=[(str(job.job_id), fire_ms, next_ms, confirmed_ms)])
     return str(execution_id)
 
 

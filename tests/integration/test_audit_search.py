@@ -4,6 +4,7 @@ against documents the real indexer put in the real engine."""
 from __future__ import annotations
 
 import socket
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -30,8 +31,9 @@ def run_job(tenant, *, fail: bool = False, job_type: str = "billing.charge") -> 
     fire_ms = datetime_to_ms(job.next_run_at)
     occurrences.load_and_insert([(str(job.job_id), fire_ms)])
     execution_id = str(execution_id_for(str(job.job_id), fire_ms))
-    occurrences.record_dispatched([execution_id], confirmed_at_ms=now_ms(),
-                                  advances=[(str(job.job_id), fire_ms, None)])
+    confirmed_ms = now_ms()
+    occurrences.record_dispatched([(uuid.UUID(execution_id), confirmed_ms)],
+                                  advances=[(str(job.job_id), fire_ms, None, confirmed_ms)])
     started = start_execution(execution_id, attempt=1, worker_id="w1", lease_ttl_ms=60_000)
     if fail:
         finish_execution(started, status=ExecutionStatus.FAILED,

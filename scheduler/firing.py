@@ -1,0 +1,296 @@
+"""The two threads behind a beat replica's loop: the firer publishes, the recorder records.
+
+The beat's loop (:mod:`scheduler.beat`) claims timers ``prepare_ahead_ms`` before they are due,
+writes their executions and builds their messages, then hands each prepared occurrence to the
+**firer**. The firer sleeps until the earliest fire time, publishes everything due by then in one
+confirmed batch and passes the batch to the **recorder**, which marks the executions dispatched,
+moves the jobs on and acknowledges the timers in Redis. Neither waits for the other: a slow
+PostgreSQL statement in the loop or in the recorder does not hold up a publish that is due, and
+the recorder writes whatever batches queued up while its last statement ran with one statement.
+
+A publish that RabbitMQ fails is tried again with back-off while the replica surely holds the
+shards; a replica that dies meanwhile loses nothing (the timers stay inflight and the shard's next
+owner publishes them after their ack deadline; the worker-side start runs one delivery).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import redis
+from django.db import DatabaseError, close_old_connections
+
+from scheduler import occurrences
+from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.ownership import ShardOwnership
+from scheduler.timers import ClaimedTimer, TimerStore, execution_id_for
+
+if TYPE_CHECKING:
+    from scheduler.beat import BeatCounters
+
+MAX_BACKOFF_S = 5.0
+# Batches the recorder writes with one statement at most (a backlog after an outage is written
+# in slices of this many, so that no statement grows without bound).
+RECORD_MERGE_LIMIT = 64
+# The recorder writes at most this often: the firer publishes small batches (what came due
+# during the last confirm), and one statement for several of them costs PostgreSQL and the
+# beat far less than one each. Recording later only keeps the timers inflight a little longer.
+RECORD_INTERVAL_S = 0.02
+
+log = logging.getLogger("chrono.beat")
+
+
+@dataclass
+class ConfirmedBatch:
+    """A claimed batch after its publish was confirmed: what is left to record and ack.
+
+    ``fired`` holds, per claimed timer whose job fired: the job, the occurrences published for
+    it (one, or several after a misfire) and its next fire time (None: none, one-time job)."""
+
+    leases: dict[int, str]
+    acks: list[tuple[ClaimedTimer, int | None]] = field(default_factory=list)
+    fired: list[tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]] = field(
+        default_factory=list
+    )
+    confirmed_at_ms: int = 0
+
+    def shards(self) -> set[int]:
+        return {t.shard for t, _ in self.acks} | {f[0].shard for f in self.fired}
+
+
+@dataclass
+class Prepared:
+    """A prepared occurrence (or several, after a misfire) waiting for its fire time."""
+
+    leases: dict[int, str]
+    fired: tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]
+    messages: list[TaskMessage]
+
+
+def drop_unsure_leases(
+    batch: ConfirmedBatch, ownership: ShardOwnership, counters: BeatCounters, replica_id: str
+) -> None:
+    """Publish nothing of a shard whose lease may have expired while this batch was being
+    prepared (a pause longer than the lease): it stays inflight for the next owner."""
+    unsure = {s for s in batch.shards() if not ownership.surely_held(s)}
+    if unsure:
+        log.warning("replica %s: lease of shards %s may have expired; publishing nothing of "
+                    "them", replica_id, sorted(unsure))
+        counters.fenced += len(unsure)
+        batch.fired = [f for f in batch.fired if f[0].shard not in unsure]
+        batch.acks = [a for a in batch.acks if a[0].shard not in unsure]
+
+
+class Firer(threading.Thread):
+    """Publishes prepared occurrences at their fire times (never before), one confirmed batch
+    for everything due at once, and hands each batch to the recorder."""
+
+    def __init__(
+        self,
+        *,
+        publisher: Publisher,
+        publish_lock: threading.Lock,
+        ownership: ShardOwnership,
+        counters: BeatCounters,
+        recorder: Recorder,
+        replica_id: str,
+        clock: Callable[[], int],
+    ) -> None:
+        super().__init__(name="chrono-firer", daemon=True)
+        self.publisher = publisher
+        self.publish_lock = publish_lock
+        self.ownership = ownership
+        self.counters = counters
+        self.recorder = recorder
+        self.replica_id = replica_id
+        self.clock = clock
+        self._heap: list[tuple[int, int, Prepared]] = []
+        self._sequence = itertools.count()
+        self._changed = threading.Condition()
+        self._finishing = False
+
+    def put(self, due_ms: int, prepared: Prepared) -> None:
+        with self._changed:
+            heapq.heappush(self._heap, (due_ms, next(self._sequence), prepared))
+            if self._heap[0][2] is prepared:
+                self._changed.notify()
+
+    def waiting(self) -> int:
+        with self._changed:
+            return len(self._heap)
+
+    def finish(self, timeout_s: float = 10.0) -> None:
+        """Publish what is waiting, each at its time, then stop (a clean stop of the replica
+        hands nothing prepared over to the next owner's ack deadline)."""
+        with self._changed:
+            self._finishing = True
+            self._changed.notify()
+        self.join(timeout_s)
+
+    def run(self) -> None:
+        backoff_s = 0.1
+        while (due := self._next_due()) is not None:
+            try:
+                while due:
+                    self._publish(due[0])
+                    due.pop(0)
+                backoff_s = 0.1
+            except (DispatchError, OSError) as exc:
+                # What was not confirmed waits again (a retried message that did reach the
+                # queue is a duplicate with the same execution id: one delivery runs).
+                self.counters.failed_iterations += 1
+                log.error("publishing failed, retrying in %.1f s: %r", backoff_s, exc)
+                retry_at = self.clock() + int(backoff_s * 1000)
+                for group in due:
+                    for prepared in group:
+                        self.put(retry_at, prepared)
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
+
+    def _next_due(self) -> list[list[Prepared]] | None:
+        """Wait for the earliest fire time; everything due by then, grouped by the leases it
+        was claimed under. None once finishing and nothing is left."""
+        with self._changed:
+            while True:
+                now = self.clock()
+                if self._heap and self._heap[0][0] <= now:
+                    groups: dict[int, list[Prepared]] = {}
+                    while self._heap and self._heap[0][0] <= now:
+                        prepared = heapq.heappop(self._heap)[2]
+                        groups.setdefault(id(prepared.leases), []).append(prepared)
+                    return list(groups.values())
+                if self._finishing and not self._heap:
+                    return None
+                self._changed.wait(None if not self._heap else (self._heap[0][0] - now) / 1000)
+
+    def _publish(self, group: list[Prepared]) -> None:
+        """Publish occurrences prepared under the same leases; what the lease check drops stays
+        inflight for the shard's next owner."""
+        batch = ConfirmedBatch(leases=group[0].leases, fired=[p.fired for p in group])
+        drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
+        kept = {id(f) for f in batch.fired}
+        messages = [m for p in group if id(p.fired) in kept for m in p.messages]
+        if messages:
+            with self.counters.timed("publish"), self.publish_lock:
+                self.publisher.publish_batch(messages)
+            batch.confirmed_at_ms = self.clock()
+            self.counters.published += len(messages)
+            self.counters.redelivered += sum(1 for t, *_ in batch.fired if t.redelivered)
+            self.counters.note_lateness(batch.confirmed_at_ms - fire_ms
+                                        for _, _, fire_ms_list, _ in batch.fired
+                                        for fire_ms in fire_ms_list)
+        self.recorder.submit(batch)
+        self.counters.batches += 1
+
+
+class Recorder(threading.Thread):
+    """Records confirmed batches in PostgreSQL and acknowledges them in Redis, off the firing
+    path. Batches that queued up while a statement ran are written together.
+
+    A batch that cannot be recorded (PostgreSQL or Redis down) is retried with back-off; its
+    timers stay inflight meanwhile, so a replica that dies here loses nothing (they are published
+    again after their deadline and the worker-side start lets only one delivery run).
+    """
+
+    def __init__(
+        self, store: TimerStore, counters: BeatCounters, *, wake: Callable[[], None]
+    ) -> None:
+        super().__init__(name="chrono-recorder", daemon=True)
+        self.store = store
+        self.counters = counters
+        self.wake = wake
+        self.fenced: queue.SimpleQueue[int] = queue.SimpleQueue()
+        # Next fire times the acks just wrote, for the beat's wheel: a cron job's next
+        # occurrence usually falls inside the window the beat already scanned.
+        self.rearmed: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
+        self._batches: queue.Queue[ConfirmedBatch | None] = queue.Queue()
+
+    def submit(self, batch: ConfirmedBatch) -> None:
+        self._batches.put(batch)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Record what was submitted, then stop."""
+        self._batches.put(None)
+        self.join(timeout_s)
+
+    def run(self) -> None:
+        closing = False
+        while not closing:
+            batches = [self._batches.get()]
+            time.sleep(RECORD_INTERVAL_S)
+            while len(batches) < RECORD_MERGE_LIMIT:
+                try:
+                    batches.append(self._batches.get_nowait())
+                except queue.Empty:
+                    break
+            if None in batches:
+                closing = True
+                batches = [b for b in batches if b is not None]
+            backoff_s = 0.1
+            while batches:
+                try:
+                    self.record(batches)
+                    break
+                except (redis.RedisError, DatabaseError) as exc:
+                    log.error("recording %d batches failed, retrying in %.1f s: %r",
+                              len(batches), backoff_s, exc)
+                    close_old_connections()
+                    time.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
+
+    def record(self, batches: Sequence[ConfirmedBatch]) -> None:
+        """Record and acknowledge confirmed batches: one PostgreSQL statement for all of them,
+        one Redis round trip per run of batches claimed under the same leases."""
+        fired = [(batch.confirmed_at_ms, f) for batch in batches for f in batch.fired]
+        advanced: set[str] = set()
+        if fired:
+            with self.counters.timed("record"):
+                advanced = occurrences.record_dispatched(
+                    [(execution_id_for(job.job_id, fire_ms), confirmed_ms)
+                     for confirmed_ms, (_, job, fire_ms_list, _) in fired
+                     for fire_ms in fire_ms_list],
+                    advances=[(job.job_id, t.fire_at_ms, nxt, confirmed_ms)
+                              for confirmed_ms, (t, job, _, nxt) in fired],
+                )
+        for leases, acks in _ack_runs(batches, advanced):
+            with self.counters.timed("ack"):
+                fenced = self.store.ack(leases, acks)
+            for shard in fenced:
+                self.fenced.put(shard)
+            rearmed = [(t.shard, t.timer_id, nxt) for t, nxt in acks
+                       if nxt is not None and t.shard not in fenced]
+            for item in rearmed:
+                self.rearmed.put(item)
+            if rearmed or fenced:
+                self.wake()
+
+
+def _ack_runs(
+    batches: Sequence[ConfirmedBatch], advanced: set[str]
+) -> list[tuple[dict[int, str], list[tuple[ClaimedTimer, int | None]]]]:
+    """The acks of ``batches`` as runs that share one view of the leases (a batch whose lease
+    on a shard differs from the run's starts a new run). A fired timer whose job was not
+    advanced (edited or deleted meanwhile) is acknowledged without a next fire time."""
+    runs: list[tuple[dict[int, str], list[tuple[ClaimedTimer, int | None]]]] = []
+    for batch in batches:
+        acks = list(batch.acks) + [(t, nxt if job.job_id in advanced else None)
+                                   for t, job, _, nxt in batch.fired]
+        if not acks:
+            continue
+        shards = {t.shard for t, _ in acks}
+        if runs and all(runs[-1][0].get(s, batch.leases.get(s)) == batch.leases.get(s)
+                        for s in shards):
+            leases, run_acks = runs[-1]
+            leases.update({s: batch.leases[s] for s in shards if s in batch.leases})
+            run_acks += acks
+        else:
+            runs.append(({s: batch.leases[s] for s in shards if s in batch.leases}, acks))
+    return runs
