@@ -207,21 +207,11 @@ class Beat:
         wake_at = min(self._next_scan_ms, self._next_refresh_ms)
         next_fire = self.wheel.next_fire_ms()
         if next_fire is not None:
-            wake_at = min(wake_at, self._prepare_at(next_fire))
+            wake_at = min(wake_at, prepare_at(next_fire, self._prepared_at_ms,
+                                                 self.config.prepare_ahead_ms))
         if wake_at > now:
             self._wakeup.wait((wake_at - now) / 1000)
         self._wakeup.clear()
-
-    def _prepare_at(self, next_fire_ms: int) -> int:
-        """When to prepare the timer due at ``next_fire_ms``: ``prepare_ahead_ms`` before it,
-        but not sooner than half of that after the last preparation (each preparation takes
-        a slice of half the horizon, not the one millisecond that just entered it), unless the
-        timer is due within that half (one announced at short notice)."""
-        ahead = self.config.prepare_ahead_ms
-        if not ahead:
-            return next_fire_ms
-        batched = max(next_fire_ms - ahead, self._prepared_at_ms + ahead // 2)
-        return min(batched, next_fire_ms - ahead // 2)
 
     # -- one iteration --------------------------------------------------------------------------
 
@@ -482,6 +472,17 @@ class Beat:
         if plan.next_ms is not None:
             plan.next_ms = jittered_ms(job.job_id, plan.next_ms, job.jitter_ms)
         return plan
+
+
+def prepare_at(next_fire_ms: int, prepared_at_ms: int, ahead_ms: int) -> int:
+    """When to prepare the timer due at ``next_fire_ms``: ``ahead_ms`` before it, but not
+    sooner than half of that after the last preparation (``prepared_at_ms``: each preparation
+    takes a slice of half the horizon, not the one millisecond that just entered it), unless the
+    timer is due within that half (one announced at short notice)."""
+    if not ahead_ms:
+        return next_fire_ms
+    batched = max(next_fire_ms - ahead_ms, prepared_at_ms + ahead_ms // 2)
+    return min(batched, next_fire_ms - ahead_ms // 2)
 
 
 # Errors PostgreSQL raises for what a statement holds, not for being unreachable: retrying the

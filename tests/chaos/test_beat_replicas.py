@@ -134,3 +134,25 @@ def test_after_a_redis_flush_the_replicas_repair_timers_by_themselves(platform, 
     # again, and reconcile every shard they gain from PostgreSQL.
     assert wait_for(all_succeeded(jobs), timeout_s=60)
     assert_each_ran_exactly_once(platform, jobs)
+
+
+def test_rabbitmq_dropping_every_connection_mid_run_loses_nothing(platform, tenant):
+    """RabbitMQ closes every client connection (what a broker restart looks like from the
+    clients) three times while jobs are firing: the beats' firers fail a publish, try it again
+    on a new connection, and every job still runs exactly once."""
+    from chronoadmin import services
+
+    rabbitmq = {s.name: s for s in services.registered_services(
+        services.ServicesConfig.from_env())}["rabbitmq"]
+    beats = start_three(platform)
+    jobs = spread_jobs(platform, tenant, count=900, over_s=6)
+    assert wait_for(lambda: sum(replicas_seen(platform.redis).values()) > 100, timeout_s=20)
+    for _ in range(3):
+        closed = rabbitmq.ctl("close_all_connections", "chaos test")
+        assert closed.returncode == 0, closed.stderr
+        time.sleep(0.7)
+
+    assert wait_for(all_succeeded(jobs), timeout_s=120)
+    assert_each_ran_exactly_once(platform, jobs)
+    logs = "".join(beat.log_path.read_text(errors="replace") for beat in beats.values())
+    assert "publishing failed, retrying" in logs, "no beat saw its connection closed"

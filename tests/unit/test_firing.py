@@ -1,0 +1,159 @@
+"""The beat's firer and recorder threads: when they publish, what they retry, what they merge.
+
+The publisher and the recorder here are stand-ins that note what they were given (the firer's
+timing logic is what is under test); the real path through RabbitMQ and PostgreSQL is covered by
+``tests/e2e`` and ``tests/chaos``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from scheduler.beat import BeatCounters, prepare_at
+from scheduler.clock import now_ms
+from scheduler.dispatch import DispatchError
+from scheduler.firing import ConfirmedBatch, Firer, Prepared, _ack_runs
+from scheduler.timers import ClaimedTimer
+
+
+class NotingPublisher:
+    """Notes each batch with the time it was published; fails the first ``failures`` calls."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.batches: list[tuple[int, list[int]]] = []
+
+    def publish_batch(self, messages) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise DispatchError("connection closed by the broker")
+        self.batches.append((now_ms(), list(messages)))
+
+
+class NotingRecorder:
+    def __init__(self) -> None:
+        self.batches: list[ConfirmedBatch] = []
+
+    def submit(self, batch: ConfirmedBatch) -> None:
+        self.batches.append(batch)
+
+
+class Ownership:
+    def __init__(self, unsure: set[int] = frozenset()) -> None:
+        self.unsure = unsure
+
+    def surely_held(self, shard: int) -> bool:
+        return shard not in self.unsure
+
+
+def firer(publisher, recorder, ownership=None) -> tuple[Firer, BeatCounters]:
+    counters = BeatCounters()
+    f = Firer(publisher=publisher, publish_lock=threading.Lock(),
+              ownership=ownership or Ownership(), counters=counters, recorder=recorder,
+              replica_id="r1", clock=now_ms)
+    f.start()
+    return f, counters
+
+
+LEASES = {0: "r1|1", 1: "r1|1"}
+
+
+def prepared(fire_ms: int, *, shard: int = 0, job: str = "job") -> Prepared:
+    timer = ClaimedTimer(timer_id=f"{job}-{fire_ms}", fire_at_ms=fire_ms, shard=shard,
+                         redelivered=False)
+    # The message stands for itself: its fire time, to check when it went out.
+    return Prepared(LEASES, (timer, SimpleNamespace(job_id=job), [fire_ms], None), [fire_ms])
+
+
+def test_each_occurrence_is_published_at_its_fire_time_never_before():
+    publisher, recorder = NotingPublisher(), NotingRecorder()
+    f, counters = firer(publisher, recorder)
+    start = now_ms()
+    for offset in (120, 40, 80, 80):
+        f.put(start + offset, prepared(start + offset, job=f"j{offset}"))
+    assert f.waiting() >= 1
+    f.finish()
+
+    published = [(at, fire) for at, messages in publisher.batches for fire in messages]
+    assert sorted(fire for _, fire in published) == sorted(start + o for o in (120, 40, 80, 80))
+    assert all(at >= fire for at, fire in published), "published before its fire time"
+    assert all(at - fire < 1_000 for at, fire in published)
+    assert not f.is_alive()
+    assert counters.published == 4
+    assert sum(len(b.fired) for b in recorder.batches) == 4
+    assert all(b.confirmed_at_ms >= max(fire for _, _, fires, _ in b.fired for fire in fires)
+               for b in recorder.batches)
+
+
+def test_a_publish_that_fails_is_tried_again_and_nothing_is_dropped():
+    publisher, recorder = NotingPublisher(failures=2), NotingRecorder()
+    f, counters = firer(publisher, recorder)
+    due = now_ms() + 20
+    f.put(due, prepared(due, job="a"))
+    f.put(due, prepared(due, job="b"))
+    deadline = time.monotonic() + 5
+    while counters.published < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    f.finish()
+
+    assert counters.failed_iterations == 2
+    assert [fire for _, messages in publisher.batches for fire in messages] == [due, due]
+    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["a", "b"]
+
+
+def test_a_shard_whose_lease_may_have_expired_publishes_nothing_and_is_not_acked():
+    publisher, recorder = NotingPublisher(), NotingRecorder()
+    f, counters = firer(publisher, recorder, Ownership(unsure={1}))
+    due = now_ms() + 10
+    f.put(due, prepared(due, shard=0, job="kept"))
+    f.put(due, prepared(due, shard=1, job="unsure"))
+    f.finish()
+
+    assert [m for _, messages in publisher.batches for m in messages] == [due]
+    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["kept"]
+    assert counters.fenced == 1
+
+
+def timer(job: str, shard: int) -> ClaimedTimer:
+    return ClaimedTimer(timer_id=job, fire_at_ms=1_000, shard=shard, redelivered=False)
+
+
+def fired_batch(leases: dict[int, str], *jobs: tuple[str, int]) -> ConfirmedBatch:
+    return ConfirmedBatch(leases=leases, fired=[
+        (timer(job, shard), SimpleNamespace(job_id=job), [1_000], 2_000) for job, shard in jobs])
+
+
+def test_batches_claimed_under_the_same_leases_are_acked_in_one_run():
+    first = fired_batch({0: "r1|1", 1: "r1|1"}, ("a", 0))
+    second = fired_batch({0: "r1|1", 1: "r1|1"}, ("b", 1))
+    runs = _ack_runs([first, second], advanced={"a", "b"})
+    assert len(runs) == 1
+    leases, acks = runs[0]
+    assert leases == {0: "r1|1", 1: "r1|1"}
+    assert [(t.timer_id, nxt) for t, nxt in acks] == [("a", 2_000), ("b", 2_000)]
+
+
+def test_a_batch_under_another_lease_token_starts_a_new_run():
+    before = fired_batch({0: "r1|1"}, ("a", 0))
+    after = fired_batch({0: "r1|2"}, ("b", 0))  # the shard was lost and taken again
+    runs = _ack_runs([before, after], advanced={"a", "b"})
+    assert [leases for leases, _ in runs] == [{0: "r1|1"}, {0: "r1|2"}]
+
+
+def test_a_fired_job_that_was_not_advanced_is_acked_without_a_next_fire_time():
+    batch = fired_batch({0: "r1|1"}, ("edited", 0), ("moved-on", 0))
+    (_, acks), = _ack_runs([batch], advanced={"moved-on"})
+    assert [(t.timer_id, nxt) for t, nxt in acks] == [("edited", None), ("moved-on", 2_000)]
+
+
+def test_preparation_takes_slices_of_half_the_horizon():
+    # Steady load: the next timer is 1 ms past the horizon just prepared; wait half of it.
+    assert prepare_at(10_101, prepared_at_ms=10_000, ahead_ms=100) == 10_050
+    # A quiet spell: prepare exactly the horizon before the next timer.
+    assert prepare_at(20_000, prepared_at_ms=10_000, ahead_ms=100) == 19_900
+    # Announced at short notice (due within half the horizon): at once.
+    assert prepare_at(10_030, prepared_at_ms=10_000, ahead_ms=100) == 9_980
+    # Without prepare-ahead: at the fire time.
+    assert prepare_at(10_101, prepared_at_ms=10_000, ahead_ms=0) == 10_101
