@@ -12,13 +12,14 @@ import os
 import time
 
 from celery import Celery
-from celery.signals import task_prerun
+from celery.signals import task_prerun, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
 from django.db import close_old_connections  # noqa: E402
 
 from chronoadmin.config import get_config  # noqa: E402
+from chronoadmin.runtime import freeze_startup_heap  # noqa: E402
 from scheduler.dispatch import DISPATCH_EXCHANGE  # noqa: E402
 from scheduler.queues import chrono_queue, dispatch_exchange  # noqa: E402, F401
 
@@ -64,3 +65,15 @@ def _recycle_stale_database_connections(**_: object) -> None:
     if now - _last_recycle_check[0] >= 1.0:
         _last_recycle_check[0] = now
         close_old_connections()
+
+
+@worker_ready.connect
+def _freeze_worker_heap(**_: object) -> None:
+    # The worker's process (a thread pool's threads run in it), once its consumer is up.
+    freeze_startup_heap()
+
+
+@worker_process_init.connect
+def _freeze_pool_child_heap(**_: object) -> None:
+    # Each prefork child, once initialised.
+    freeze_startup_heap()

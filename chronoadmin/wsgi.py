@@ -17,10 +17,11 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
+from chronoadmin.runtime import freeze_startup_heap
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 application = get_wsgi_application()
 
-gc.collect()
-gc.freeze()
+freeze_startup_heap()
 YOUNG_COLLECTION_ALLOCATIONS = 50_000
 gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, *gc.get_threshold()[1:])

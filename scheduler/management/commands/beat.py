@@ -10,6 +10,7 @@ import socket
 from django.core.management.base import BaseCommand
 
 from chronoadmin.config import get_config
+from chronoadmin.runtime import freeze_startup_heap
 from scheduler.api import timer_store
 from scheduler.beat import Beat
 from scheduler.dispatch import Publisher
@@ -37,4 +38,5 @@ class Command(BaseCommand):
         )
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: beat.stop())
+        freeze_startup_heap()
         beat.run()
