@@ -529,7 +529,7 @@ def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) ->
             # "<replica>|<fencing token>" of the lease it was claimed under: lets anyone check
             # which replica dispatched a message, and that it held the shard at the time.
             "chrono_shard_lease": shard_lease,
-            "chrono_published_ms": now_ms(),
+            # chrono_published_ms: stamped by the firer when it publishes.
             "chrono_retry_policy": policy_header(job.retry),
             "chrono_idempotency_key": job.idempotency_key,
         },

@@ -179,6 +179,11 @@ class Firer(threading.Thread):
         kept = {id(f) for f in batch.fired}
         messages = [m for p in group if id(p.fired) in kept for m in p.messages]
         if messages:
+            # The time each message goes out, in it (a worker can tell which lease it was
+            # published under, and when).
+            published_ms = self.clock()
+            for message in messages:
+                message.chrono_headers["chrono_published_ms"] = published_ms
             with self.counters.timed("publish"), self.publish_lock:
                 self.publisher.publish_batch(messages)
             batch.confirmed_at_ms = self.clock()

@@ -24,12 +24,16 @@ class NotingPublisher:
     def __init__(self, failures: int = 0) -> None:
         self.failures = failures
         self.batches: list[tuple[int, list[int]]] = []
+        self.stamps: list[int] = []
 
     def publish_batch(self, messages) -> None:
         if self.failures:
             self.failures -= 1
             raise DispatchError("connection closed by the broker")
-        self.batches.append((now_ms(), list(messages)))
+        at = now_ms()
+        assert all(m.chrono_headers["chrono_published_ms"] <= at for m in messages)
+        self.batches.append((at, [m.fire_ms for m in messages]))
+        self.stamps += [m.chrono_headers["chrono_published_ms"] for m in messages]
 
 
 class NotingRecorder:
@@ -63,8 +67,9 @@ LEASES = {0: "r1|1", 1: "r1|1"}
 def prepared(fire_ms: int, *, shard: int = 0, job: str = "job") -> Prepared:
     timer = ClaimedTimer(timer_id=f"{job}-{fire_ms}", fire_at_ms=fire_ms, shard=shard,
                          redelivered=False)
-    # The message stands for itself: its fire time, to check when it went out.
-    return Prepared(LEASES, (timer, SimpleNamespace(job_id=job), [fire_ms], None), [fire_ms])
+    # A message that tells its fire time, to check when it went out.
+    message = SimpleNamespace(fire_ms=fire_ms, chrono_headers={})
+    return Prepared(LEASES, (timer, SimpleNamespace(job_id=job), [fire_ms], None), [message])
 
 
 def test_each_occurrence_is_published_at_its_fire_time_never_before():
@@ -79,6 +84,9 @@ def test_each_occurrence_is_published_at_its_fire_time_never_before():
     published = [(at, fire) for at, messages in publisher.batches for fire in messages]
     assert sorted(fire for _, fire in published) == sorted(start + o for o in (120, 40, 80, 80))
     assert all(at >= fire for at, fire in published), "published before its fire time"
+    # Each message carries the time it was published: not before its fire time.
+    assert all(stamp >= fire for stamp, (_, fire) in zip(
+        publisher.stamps, [(a, f) for a, ms in publisher.batches for f in ms], strict=True))
     assert all(at - fire < 1_000 for at, fire in published)
     assert not f.is_alive()
     assert counters.published == 4
