@@ -14,6 +14,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 
 from django.db import connection
 
@@ -123,6 +124,7 @@ def next_attempt_message(message: TaskMessage, attempt: int) -> TaskMessage:
                        hard_timeout_ms=message.hard_timeout_ms)
 
 
+@lru_cache(maxsize=4_096)  # one per distinct policy: most jobs share a handful
 def policy_header(policy: RetryPolicy) -> str:
     return json.dumps(policy.to_json(), separators=(",", ":"))
 

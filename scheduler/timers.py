@@ -23,7 +23,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import redis
@@ -49,6 +49,9 @@ class ClaimedTimer:
     redelivered: bool
 
 
+# The beat computes an occurrence's id when it inserts its execution, builds its message and
+# records it: a uuid5 (a SHA-1) each time, unless remembered for the next few seconds of jobs.
+@lru_cache(maxsize=65_536)
 def execution_id_for(job_id: str, fire_at_ms: int) -> uuid.UUID:
     """The id of the first attempt of one occurrence: the same for every publish of it."""
     return uuid.uuid5(EXECUTION_NAMESPACE, f"{job_id}@{fire_at_ms}")
