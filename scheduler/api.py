@@ -557,7 +557,12 @@ def _rejitter(job: Job, jitter_ms: int) -> list[str]:
 def delete(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> None:
     """Delete a job with its executions, and its timer."""
     with transaction.atomic():
-        deleted, _ = Job.objects.for_tenant(_tenant_id(tenant)).filter(job_id=job_id).delete()
+        # Locked first: a beat inserting an execution of this job (it holds the job FOR KEY
+        # SHARE) finishes before the executions are collected, so none is left behind
+        # (chrono_execution has no foreign key to enforce it; see Execution.job).
+        jobs = Job.objects.for_tenant(_tenant_id(tenant)).filter(job_id=job_id)
+        list(jobs.select_for_update().values_list("pk", flat=True))
+        deleted, _ = jobs.delete()
         if not deleted:
             raise JobNotFound(f"no job {job_id} for this tenant")
         audit.record(audit.JOB_DELETED, tenant_id=_tenant_id(tenant), job_id=job_id, actor=by)

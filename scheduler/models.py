@@ -182,8 +182,12 @@ class Execution(models.Model):
     execution_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # The foreign keys' own indexes would repeat the first column of execution_job_started_idx
     # and execution_tenant_status_idx: every status change writes every index of this table.
+    # No foreign-key constraint in PostgreSQL: its check, one locking query per inserted row
+    # at commit, cost more than the insert itself and halved the beat's ceiling (2,500 vs
+    # 4,950 jobs/s). The beat's insert locks the jobs it reads instead (FOR KEY SHARE, one
+    # statement for the batch), and a job is deleted under FOR UPDATE with its executions.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions",
-                            db_index=False)
+                            db_index=False, db_constraint=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="executions",
                                db_index=False)
     attempt = models.PositiveIntegerField(default=1)
