@@ -6,7 +6,8 @@ writes their executions and builds their messages, then hands each prepared occu
 confirmed batch and passes the batch to the **recorder**, which marks the executions dispatched,
 moves the jobs on and acknowledges the timers in Redis. Neither waits for the other: a slow
 PostgreSQL statement in the loop or in the recorder does not hold up a publish that is due, and
-the recorder writes whatever batches queued up while its last statement ran with one statement.
+the recorder writes, at most every ``RECORD_INTERVAL_S``, every batch confirmed since its last
+statement with one statement.
 
 A publish that RabbitMQ fails is tried again with back-off while the replica surely holds the
 shards; a replica that dies meanwhile loses nothing (the timers stay inflight and the shard's next
