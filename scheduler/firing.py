@@ -175,14 +175,15 @@ class Firer(threading.Thread):
     def _publish(self, group: list[Prepared]) -> None:
         """Publish occurrences prepared under the same leases; what the lease check drops stays
         inflight for the shard's next owner."""
+        # The time each message goes out, in it (a worker can tell which lease it was published
+        # under, and when). Read before the lease check: a message stamped after a pause (a
+        # SIGSTOP longer than the lease) is checked after it too, and dropped.
+        published_ms = self.clock()
         batch = ConfirmedBatch(leases=group[0].leases, fired=[p.fired for p in group])
         drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
         kept = {id(f) for f in batch.fired}
         messages = [m for p in group if id(p.fired) in kept for m in p.messages]
         if messages:
-            # The time each message goes out, in it (a worker can tell which lease it was
-            # published under, and when).
-            published_ms = self.clock()
             for message in messages:
                 message.chrono_headers["chrono_published_ms"] = published_ms
             with self.counters.timed("publish"), self.publish_lock:
