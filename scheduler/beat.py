@@ -77,6 +77,10 @@ SCAN_SLICES = 4
 log = logging.getLogger("chrono.beat")
 
 
+class BeatThreadDied(RuntimeError):
+    """One of the replica's threads (firer, recorder) ended: the replica must stop."""
+
+
 @dataclass
 class BeatCounters:
     """What one replica did since it started; logged periodically and read by tests."""
@@ -216,6 +220,7 @@ class Beat:
     # -- one iteration --------------------------------------------------------------------------
 
     def run_once(self) -> None:
+        self._check_threads()
         now = self.clock()
         self.counters.last_tick_ms = now
         if now >= self._next_stats_ms:
@@ -238,6 +243,15 @@ class Beat:
             shards, self._pending_shards = self._pending_shards, set()
             self._prepared_at_ms = now
             self.fire(sorted(shards), horizon)
+
+    def _check_threads(self) -> None:
+        """A replica whose firer or recorder died (a bug) would go on claiming timers nobody
+        publishes or acknowledges: stop it instead, loudly; leaving hands its shards to the
+        other replicas at once (their timers are published after their ack deadline)."""
+        for thread in (self.firer, self.recorder):
+            if not thread.is_alive():
+                raise BeatThreadDied(f"the beat's {thread.name} thread is not running; "
+                                     "stopping this replica (see the traceback above)")
 
     def _refresh_ownership(self, now: int) -> None:
         change = self.ownership.refresh(now)

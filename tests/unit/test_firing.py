@@ -11,11 +11,15 @@ import threading
 import time
 from types import SimpleNamespace
 
-from scheduler.beat import BeatCounters, prepare_at
+import pytest
+import redis
+
+from chronoadmin.config import load_config
+from scheduler.beat import Beat, BeatCounters, BeatThreadDied, prepare_at
 from scheduler.clock import now_ms
-from scheduler.dispatch import DispatchError
+from scheduler.dispatch import DispatchError, Publisher
 from scheduler.firing import ConfirmedBatch, Firer, Prepared, _ack_runs
-from scheduler.timers import ClaimedTimer
+from scheduler.timers import ClaimedTimer, TimerStore
 
 
 class NotingPublisher:
@@ -165,3 +169,20 @@ def test_preparation_takes_slices_of_half_the_horizon():
     assert prepare_at(10_030, prepared_at_ms=10_000, ahead_ms=100) == 9_980
     # Without prepare-ahead: at the fire time.
     assert prepare_at(10_101, prepared_at_ms=10_000, ahead_ms=0) == 10_101
+
+
+def test_a_replica_whose_firer_or_recorder_died_stops_instead_of_claiming_on():
+    config = load_config({})
+    beat = Beat(replica_id="r1", config=config,
+                store=TimerStore(redis.Redis(port=1), shard_count=config.shard_count),
+                publisher=Publisher("amqp://guest:guest@127.0.0.1:1//"))
+    beat.firer.start()
+    beat.recorder.start()
+    beat._check_threads()  # both running: nothing to say
+
+    beat.recorder.close()  # the recorder ends (as a bug would end it)
+    with pytest.raises(BeatThreadDied, match="chrono-recorder"):
+        beat.run_once()
+    beat.firer.finish()
+    with pytest.raises(BeatThreadDied, match="chrono-firer"):
+        beat.run_once()
