@@ -20,10 +20,16 @@ from chronoadmin.config import get_config
 from chronoadmin.models import Tenant
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
-from scheduler.cron import parse_cron, validate_timezone
+from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.executions import cancel_pending_executions
-from scheduler.misfire import MisfirePolicy, MisfireRule, jittered_ms, plan_occurrences
+from scheduler.misfire import (
+    MisfirePolicy,
+    MisfireRule,
+    jitter_room_ms,
+    jittered_ms,
+    plan_occurrences,
+)
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy
 from scheduler.occurrences import record_misfires
 from scheduler.retry import RetryPolicy
@@ -185,8 +191,8 @@ def schedule_cron(
     validate_timezone(timezone)
     schedule = parse_cron(cron, timezone)
     misfire = misfire or MisfireRule()
+    check_jitter(jitter_ms, schedule)
     first_ms = schedule.next_fire_ms(now_ms())
-    _check_jitter(jitter_ms, first_ms, schedule.next_fire_ms(first_ms))
     job_id = uuid.uuid4()
     return _create(
         tenant,
@@ -243,13 +249,15 @@ def _overlap(value: OverlapPolicy | str) -> str:
         raise InvalidJob(f"overlap {value!r} is not one of {choices}", field="overlap") from None
 
 
-def _check_jitter(jitter_ms: int, first_ms: int, second_ms: int) -> None:
+def check_jitter(jitter_ms: int, schedule: CronSchedule) -> None:
+    """Refuse a jitter that is negative or not below the gap between the schedule's coming
+    occurrences (:func:`scheduler.misfire.jitter_room_ms`, the rule of the REST API too)."""
     if jitter_ms < 0:
         raise InvalidJob(f"jitter_ms is negative ({jitter_ms}); use 0 or more", field="jitter_ms")
-    if jitter_ms and jitter_ms >= second_ms - first_ms:
+    if jitter_ms and jitter_ms >= (room_ms := jitter_room_ms(schedule, now_ms())):
         raise InvalidJob(
-            f"jitter_ms {jitter_ms} is not below the schedule's period "
-            f"({second_ms - first_ms} ms); a smaller spread keeps occurrences in order",
+            f"jitter_ms {jitter_ms} is not below the schedule's period ({room_ms} ms between "
+            "its coming occurrences); a smaller spread keeps occurrences in order",
             field="jitter_ms",
         )
 
@@ -537,8 +545,7 @@ def _rejitter(job: Job, jitter_ms: int) -> list[str]:
     """Set a cron job's jitter; an ACTIVE job's pending occurrence moves within its new spread
     (a paused one gets its jitter when resumed). Returns the fields changed."""
     schedule = parse_cron(job.cron_expression, job.timezone)
-    first_ms = schedule.next_fire_ms(now_ms())
-    _check_jitter(jitter_ms, first_ms, schedule.next_fire_ms(first_ms))
+    check_jitter(jitter_ms, schedule)
     old_jitter, job.jitter_ms = job.jitter_ms, jitter_ms
     if job.status != JobStatus.ACTIVE or job.next_run_at is None:
         return ["jitter_ms"]
@@ -560,10 +567,6 @@ def delete(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> None:
         # Locked first: a beat inserting an execution of this job (it holds the job FOR KEY
         # SHARE) finishes before the executions are collected, so none is left behind
         # (chrono_execution has no foreign key to enforce it; see Execution.job).
-        jobs = Job.objects.for_tenant(_tenant_id(tenant)).filter(job_id=job_id)
-        list(jobs.select_for_update().values_list("pk", flat=True))
-        deleted, _ = jobs.delete()
-        if not deleted:
-            raise JobNotFound(f"no job {job_id} for this tenant")
+        _locked_job(job_id, tenant).delete()
         audit.record(audit.JOB_DELETED, tenant_id=_tenant_id(tenant), job_id=job_id, actor=by)
         transaction.on_commit(lambda: timer_store().remove([str(job_id)]))

@@ -24,7 +24,6 @@ from django.db import transaction
 from chronoadmin.config import get_config
 from chronoadmin.models import Tenant
 from scheduler import api
-from scheduler.clock import now_ms
 from scheduler.cron import parse_cron, validate_timezone
 from scheduler.errors import InvalidJob
 from scheduler.misfire import MisfireRule
@@ -197,20 +196,8 @@ def idempotency_key(prefix: str, name: str) -> str:
 
 
 def check_jitter(cron: str, timezone: str, jitter_ms: int) -> None:
-    """Refuse a jitter that is negative or not below the schedule's coming period (the rule
-    :func:`scheduler.api.schedule_cron` applies when it creates a job)."""
-    schedule = parse_cron(cron, timezone)
-    if jitter_ms < 0:
-        raise InvalidJob(f"jitter_ms is negative ({jitter_ms}); use 0 or more", field="jitter_ms")
-    if jitter_ms:
-        first_ms = schedule.next_fire_ms(now_ms())
-        period_ms = schedule.next_fire_ms(first_ms) - first_ms
-        if jitter_ms >= period_ms:
-            raise InvalidJob(
-                f"jitter_ms {jitter_ms} is not below the schedule's period ({period_ms} ms); "
-                "a smaller spread keeps occurrences in order",
-                field="jitter_ms",
-            )
+    """Refuse a jitter that :func:`scheduler.api.schedule_cron` would refuse."""
+    api.check_jitter(jitter_ms, parse_cron(cron, timezone))
 
 
 def as_json(args: object, kwargs: object) -> tuple[list, dict]:

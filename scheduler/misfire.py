@@ -17,8 +17,10 @@ Every skipped occurrence is returned with its reason so the ledger (executions w
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 from scheduler.cron import CronSchedule
 
@@ -97,3 +99,16 @@ def jittered_ms(job_id: str, occurrence_ms: int, jitter_ms: int) -> int:
         return occurrence_ms
     digest = hashlib.blake2b(f"{job_id}@{occurrence_ms}".encode(), digest_size=8).digest()
     return occurrence_ms + int.from_bytes(digest, "big") % jitter_ms
+
+
+# A jitter is checked against this many coming occurrences (an irregular schedule such as
+# "0 9,10 * * *" has a short gap after a long one).
+JITTER_OCCURRENCES_CHECKED = 10
+
+
+@lru_cache(maxsize=256)  # a bulk request checks many jobs of one schedule at one now_ms
+def jitter_room_ms(schedule: CronSchedule, now_ms: int) -> int:
+    """The shortest gap between the schedule's coming occurrences: a jitter must stay below
+    it, so that a delayed occurrence never passes the next one."""
+    fire_times = schedule.fire_times_ms(now_ms, JITTER_OCCURRENCES_CHECKED + 1)
+    return min(later - earlier for earlier, later in itertools.pairwise(fire_times))

@@ -29,18 +29,17 @@ def cursor() -> Iterator[PreparedCursor]:
 
 class PreparedCursor:
     """``execute``/``fetchall``/``rowcount`` over a psycopg cursor, every statement prepared
-    (psycopg keeps the prepared statements of a connection, keyed by their text)."""
+    (psycopg keeps the prepared statements of a connection, keyed by their text). Only
+    :func:`cursor` makes one, inside the block that turns errors into Django's."""
 
     def __init__(self, raw: psycopg.Cursor) -> None:
         self._raw = raw
 
     def execute(self, sql: str, params: Sequence[object] | Mapping[str, object]) -> None:
-        with connection.wrap_database_errors:
-            self._raw.execute(sql, params, prepare=True)
+        self._raw.execute(sql, params, prepare=True)
 
     def fetchall(self) -> list[tuple]:
-        with connection.wrap_database_errors:
-            return self._raw.fetchall()
+        return self._raw.fetchall()
 
     @property
     def rowcount(self) -> int:

@@ -14,7 +14,6 @@ must agree.
 from __future__ import annotations
 
 import difflib
-import itertools
 import json
 import math
 import re
@@ -28,7 +27,7 @@ from chronoadmin.api.errors import NON_FIELD, api_field
 from scheduler.clock import datetime_to_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import InvalidSchedule
-from scheduler.misfire import MisfirePolicy, MisfireRule
+from scheduler.misfire import MisfirePolicy, MisfireRule, jitter_room_ms
 from scheduler.models import OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
 
@@ -590,17 +589,11 @@ def _choice(item: dict, key: str, choices: tuple[str, ...], what: str, errors: E
 def _check_jitter(jitter_ms: int, schedule: CronSchedule, now_ms: int, errors: Errors) -> None:
     """Jitter must stay below the shortest gap between the schedule's coming occurrences, so a
     delayed occurrence never passes the next one."""
-    gap_ms = _shortest_gap_ms(schedule, now_ms)
+    gap_ms = jitter_room_ms(schedule, now_ms)
     if jitter_ms >= gap_ms:
         errors["jitter_ms"] = [
             f"Is {jitter_ms}, not below the {gap_ms} ms between occurrences of this schedule; "
             f"use less than {gap_ms} so each occurrence fires before the next one."]
-
-
-@lru_cache(maxsize=256)  # a bulk request checks many jobs of one schedule at one now_ms
-def _shortest_gap_ms(schedule: CronSchedule, now_ms: int) -> int:
-    fire_times = schedule.fire_times_ms(now_ms, JITTER_OCCURRENCES_CHECKED + 1)
-    return min(later - earlier for earlier, later in itertools.pairwise(fire_times))
 
 
 def _duration(ms: int) -> str:

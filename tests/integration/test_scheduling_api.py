@@ -109,6 +109,20 @@ def test_configure_refuses_what_does_not_fit_the_job(tenant, redis_client, kwarg
     assert error.value.field == field and message in error.value.message
 
 
+def test_a_jitter_is_held_to_the_shortest_gap_of_an_irregular_schedule(tenant, redis_client):
+    # 9:00 and 10:00 every day: an hour apart, then 23 hours. Two hours of spread would let a
+    # 9:00 occurrence fire after the 10:00 one, whatever the time of day the job is created
+    # at (the REST API refuses it too, with the same rule).
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_cron("chrono.noop", tenant=tenant, cron="0 9,10 * * *",
+                          jitter_ms=7_200_000)
+    assert error.value.field == "jitter_ms" and "3600000 ms" in error.value.message
+    job = api.schedule_cron("chrono.noop", tenant=tenant, cron="0 9,10 * * *",
+                            jitter_ms=3_599_999)
+    with pytest.raises(InvalidJob, match="not below the schedule's period"):
+        api.configure(job.job_id, tenant=tenant, jitter_ms=3_600_000)
+
+
 def _paused_every_second(tenant, policy):
     """A per-second cron job paused 2.5 s before the current second began: exactly three of its
     occurrences (the last three whole seconds) fell while paused."""
