@@ -7,7 +7,13 @@ job was dispatched (and started), and reports from the executions table:
 * ``dispatch_lateness_ms``: confirmed publish time minus target time;
 * ``start_lateness_ms``: worker start time minus target time;
 * ``rate_per_s``: jobs dispatched per second of dispatch activity (first target to last
-  confirm): the offered rate when the replicas keep up, their ceiling when they do not.
+  confirm): the offered rate when the replicas keep up, their ceiling when they do not;
+* ``p99_by_second_ms``: the p99 of each second of the run.
+
+Before the measured jobs, ``--warmup`` jobs run at the same rate through the same processes
+(just started: their connections, prepared statements and code paths are cold) and are
+reported apart, as ``warmup``: the figures are those of a running platform, and what a freshly
+started one does in its first seconds stays visible.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import argparse
 from bench.common import cpu_by_role, queue_depth
 from bench.platform import bench_platform, lateness_report
 from chronoadmin.processes import wait_until
-from scheduler.clock import now_ms
+from scheduler.clock import ms_to_datetime, now_ms
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -31,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--worker-pool", default="prefork", choices=["prefork", "threads"])
     parser.add_argument("--worker-nice", type=int, default=0,
                         help="lower the worker's CPU priority (it shares the cores with the beat)")
+    parser.add_argument("--warmup", type=int, default=2_000,
+                        help="jobs run (at --rate) before the measured ones, reported apart")
     parser.add_argument("--timeout", type=float, default=300.0)
     return parser.parse_args(argv)
 
@@ -44,22 +52,29 @@ def run(argv: list[str]) -> dict[str, object]:
             platform.start_worker(args.worker_concurrency, args.worker_pool, args.worker_nice)
         pids = {"beat_pids": [b.pid for b in platform.beats.values()],
                 "worker_pid": platform.worker.pid if platform.worker else None}
+        field = "dispatched_at" if args.no_worker else "started_at"
+        warmup = None
+        if args.warmup:
+            warmup_from = ms_to_datetime(platform.schedule_steady(args.warmup, args.rate))
+            wait_until(lambda: platform.executions.filter(**{f"{field}__isnull": False})
+                       .count() >= args.warmup, timeout_s=args.timeout, interval_s=0.5)
+            warmup = lateness_report(platform.executions.filter(scheduled_for__gte=warmup_from),
+                                     with_start=not args.no_worker, by_second=True)
         first_fire_ms = platform.schedule_steady(args.jobs, args.rate)
+        measured = platform.executions.filter(scheduled_for__gte=ms_to_datetime(first_fire_ms))
         # From the first fire time: what dispatching (and running) costs, not scheduling.
         wait_until(lambda: now_ms() >= first_fire_ms, timeout_s=60, interval_s=0.01)
         before = cpu_by_role(**pids)
-        field = "dispatched_at" if args.no_worker else "started_at"
         done = wait_until(
-            lambda: platform.executions.filter(**{f"{field}__isnull": False}).count()
-            >= args.jobs,
+            lambda: measured.filter(**{f"{field}__isnull": False}).count() >= args.jobs,
             timeout_s=args.timeout + args.jobs / args.rate,
             interval_s=1.0,
         )
         after = cpu_by_role(**pids)
-        report = lateness_report(platform.executions, with_start=not args.no_worker)
+        report = lateness_report(measured, with_start=not args.no_worker, by_second=True)
         # With no consumer every publish is still in the queue; with a worker, duplicates are
         # absorbed by the worker-side start and not counted here.
-        duplicates = (queue_depth(platform.queue) - report["dispatched"]
+        duplicates = (queue_depth(platform.queue) - report["dispatched"] - args.warmup
                       if args.no_worker else None)
     return {
         "bench": "dispatch",
@@ -73,6 +88,10 @@ def run(argv: list[str]) -> dict[str, object]:
         # CPU per job of each part of the platform during the run.
         "cpu_ms_per_job": {role: round((after[role] - before.get(role, 0)) * 1000 / args.jobs, 3)
                            for role in sorted(after)},
+        "warmup": warmup and {"jobs": args.warmup,
+                              **{k: warmup[k] for k in ("dispatch_lateness_ms",
+                                                        "start_lateness_ms",
+                                                        "p99_by_second_ms")}},
         "duplicates": duplicates,
         "completed_in_time": done,
     }

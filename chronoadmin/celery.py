@@ -12,6 +12,7 @@ import os
 import time
 
 from celery import Celery
+from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from celery.signals import task_prerun, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
@@ -68,12 +69,21 @@ def _recycle_stale_database_connections(**_: object) -> None:
 
 
 @worker_ready.connect
-def _freeze_worker_heap(**_: object) -> None:
-    # The worker's process (a thread pool's threads run in it), once its consumer is up.
+def _prepare_worker(sender: object = None, **_: object) -> None:
+    # The worker's process, once its consumer is up. A thread pool's tasks run in it: its
+    # recording connections open now, not while the first jobs wait (a prefork child opens
+    # its own below).
+    if isinstance(getattr(sender, "pool", None), ThreadTaskPool):
+        from scheduler.worker import connect_recording
+
+        connect_recording()
     freeze_startup_heap()
 
 
 @worker_process_init.connect
-def _freeze_pool_child_heap(**_: object) -> None:
+def _prepare_pool_child(**_: object) -> None:
     # Each prefork child, once initialised.
+    from scheduler.worker import connect_recording
+
+    connect_recording()
     freeze_startup_heap()

@@ -53,10 +53,13 @@ def start_execution(
     return start_executions([request])[0]
 
 
-def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution | None]:
+def start_executions(
+    requests: Sequence[StartRequest], *, on: prepared.OwnConnection | None = None
+) -> list[StartedExecution | None]:
     """:func:`start_execution` for many deliveries with one statement (a worker's threads
-    starting together); the result at each request's index. When one execution is asked for
-    twice, only the first request can start it."""
+    starting together), on this thread's connection or ``on`` one of its own; the result at
+    each request's index. When one execution is asked for twice, only the first request can
+    start it."""
     if not requests:
         return []
     first: dict[tuple[str, int], int] = {}
@@ -70,7 +73,7 @@ def start_executions(requests: Sequence[StartRequest]) -> list[StartedExecution 
         "started_at": [ms_to_datetime(r.at_ms) for r in unique],
         "lease_expires_at": [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
     }
-    with prepared.cursor() as cursor:
+    with prepared.cursor(on) as cursor:
         if len(unique) == 1:
             cursor.execute(_START_ONE_SQL, _one_row(columns))
         else:
@@ -109,8 +112,11 @@ def finish_execution(
     return finish_executions([request])[0]
 
 
-def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
-    """:func:`finish_execution` for many runs with one statement; whether each was recorded."""
+def finish_executions(
+    requests: Sequence[FinishRequest], *, on: prepared.OwnConnection | None = None
+) -> list[bool]:
+    """:func:`finish_execution` for many runs with one statement (on this thread's connection
+    or ``on`` one of its own); whether each was recorded."""
     if not requests:
         return []
     columns = {
@@ -122,7 +128,7 @@ def finish_executions(requests: Sequence[FinishRequest]) -> list[bool]:
         "error": [r.error for r in requests],
         "exit_code": [r.exit_code for r in requests],
     }
-    with prepared.cursor() as cursor:
+    with prepared.cursor(on) as cursor:
         if len(requests) == 1:
             cursor.execute(_finish_one_sql(columns["status"][0]), _one_row(columns))
             return [cursor.rowcount == 1]

@@ -8,22 +8,63 @@ reuses their plan and receives the arrays in binary.
 
 Errors come out as Django's (``django.db.DatabaseError`` and its subclasses), as from
 ``connection.cursor()``.
+
+A statement that many threads take turns to run (a worker's group commit: whichever thread leads
+a batch runs it) runs on an :class:`OwnConnection` rather than the leading thread's: a worker
+then holds one connection per kind of statement, prepared once, instead of one per thread that
+ever led a batch, each opened (a SCRAM exchange and a new backend) and prepared while jobs wait.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+class OwnConnection:
+    """A database connection of its own, which threads take turns to use: one statement at a
+    time (the caller serialises them, as a :class:`~scheduler.batching.Coalescer` does). It
+    connects when first used, is recycled like Django's (``CONN_MAX_AGE``, or after an error
+    that left it unusable), and a forked child starts without its parent's."""
+
+    def __init__(self, alias: str = DEFAULT_DB_ALIAS) -> None:
+        self.alias = alias
+        self._wrapper: BaseDatabaseWrapper | None = None
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        # The parent's socket is not the child's to close: drop it unclosed.
+        self._wrapper = None
+
+    def wrapper(self) -> BaseDatabaseWrapper:
+        if self._wrapper is None:
+            wrapper = connections.create_connection(self.alias)
+            wrapper.inc_thread_sharing()
+            self._wrapper = wrapper
+        self._wrapper.close_if_unusable_or_obsolete()
+        return self._wrapper
+
+    def connect(self) -> None:
+        """Open it now (a worker does before its first job) rather than on first use."""
+        self.wrapper().ensure_connection()
+
+    def close(self) -> None:
+        if self._wrapper is not None:
+            self._wrapper.close()
 
 
 @contextmanager
-def cursor() -> Iterator[PreparedCursor]:
-    """A cursor on Django's connection (same transaction) whose statements are prepared."""
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
+def cursor(on: OwnConnection | None = None) -> Iterator[PreparedCursor]:
+    """A cursor whose statements are prepared: on Django's connection of this thread (in its
+    transaction), or ``on`` a connection of its own."""
+    wrapper = connection if on is None else on.wrapper()
+    wrapper.ensure_connection()
+    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as raw:
         yield PreparedCursor(raw)
 
 

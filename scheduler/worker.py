@@ -18,7 +18,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from typing import TypeVar
 
 from celery import Task
@@ -40,6 +40,7 @@ from scheduler.executions import (
     start_executions,
 )
 from scheduler.models import ExecutionStatus
+from scheduler.prepared import OwnConnection
 from scheduler.retry import RetryPolicy
 
 log = logging.getLogger("chrono.worker")
@@ -47,9 +48,18 @@ T = TypeVar("T")
 RECORD_ATTEMPTS = 3
 
 
-# Starts and finishes of a process's concurrent tasks (a thread pool) share statements.
-_starts = Coalescer(start_executions)
-_finishes = Coalescer(finish_executions)
+# Starts and finishes of a process's concurrent tasks (a thread pool) share statements, each
+# kind on a connection of its own (whichever thread leads a batch runs it there).
+_start_connection = OwnConnection()
+_finish_connection = OwnConnection()
+_starts = Coalescer(partial(start_executions, on=_start_connection))
+_finishes = Coalescer(partial(finish_executions, on=_finish_connection))
+
+
+def connect_recording() -> None:
+    """Open the recording connections before the first job rather than while it waits."""
+    _start_connection.connect()
+    _finish_connection.connect()
 
 
 def _retrying(record: Callable[[], T]) -> T:

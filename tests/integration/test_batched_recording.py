@@ -132,3 +132,59 @@ def test_statements_updating_the_same_executions_in_other_orders_do_not_deadlock
 
     run_together(renew, 3)
     assert errors == []
+
+
+def test_a_worker_records_on_one_connection_per_kind_of_statement_and_survives_losing_it(tenant):
+    """Whichever of sixteen threads leads a batch runs it on the coalescer's own connection
+    (one PostgreSQL backend, not one per thread); a connection killed under it fails that
+    statement only, and the next one reconnects."""
+    from django.db import DatabaseError
+
+    from scheduler import worker
+
+    def backends() -> set[int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")
+            return {pid for (pid,) in cursor.fetchall()}
+
+    ids = dispatched(tenant, 32)
+    before = backends()
+    barrier = threading.Barrier(16)
+
+    def deliver(thread: int) -> None:
+        barrier.wait()
+        for execution_id in ids[thread::16]:
+            assert worker._starts.submit(start(execution_id)) is not None
+
+    run_together(deliver, 16)
+    assert Execution.objects.filter(pk__in=ids, status="RUNNING").count() == 32
+    opened = backends() - before
+    assert len(opened) == 1, opened  # the starts' connection; no thread opened its own
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [opened.pop()])
+    more = dispatched(tenant, 2)
+    with pytest.raises(DatabaseError):
+        worker._starts.submit(start(more[0]))
+    assert worker._starts.submit(start(more[1])) is not None
+    worker._start_connection.close()
+
+
+def test_a_forked_child_does_not_use_its_parents_connection(tenant):
+    import os
+
+    from scheduler.prepared import OwnConnection
+
+    own = OwnConnection()
+    own.connect()
+    parent_socket = own.wrapper().connection
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report whether it got a wrapper of its own, then leave at once
+        os.write(write, b"1" if own._wrapper is None else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert own.wrapper().connection is parent_socket and not parent_socket.closed
+    own.close()
