@@ -5,6 +5,9 @@ in message headers (``chrono_execution_id`` …), which Celery exposes on ``task
 
 A batch is published on one channel in confirm mode and the confirms are awaited once for the whole
 batch (never one at a time: a lone confirm costs a round trip and caps a publisher near 1k/s).
+:meth:`Publisher.send` returns without waiting: the beat's firer keeps publishing what comes due
+while earlier batches' confirms are on their way, and reads them as they arrive (each batch's
+:class:`Confirmation` settles by delivery tag, in whatever order RabbitMQ confirms).
 Every message is persistent and goes to the durable ``chrono.dispatch`` direct exchange, routed by
 queue name to a quorum queue declared before the first publish to it, so nothing is unroutable.
 """
@@ -15,6 +18,7 @@ import json
 import logging
 import socket
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
@@ -160,8 +164,33 @@ class _BatchingTransport:
             self.transport.write(b"".join(chunks))
 
 
+@dataclass(eq=False, slots=True)
+class Confirmation:
+    """What one published batch waits for: RabbitMQ's confirm of each of its delivery tags."""
+
+    size: int
+    first_tag: int
+    last_tag: int
+    sent_at: float = field(default_factory=time.monotonic)
+    waiting: set[int] = field(default_factory=set)
+    nacked: bool = False
+    lost: bool = False  # the connection closed before every confirm came
+
+    @property
+    def settled(self) -> bool:
+        return self.lost or self.nacked or not self.waiting
+
+    def raise_if_failed(self) -> None:
+        if self.lost:
+            raise DispatchError(f"the connection closed before {self.size} messages were "
+                                "confirmed")
+        if self.nacked:
+            raise DispatchError(f"RabbitMQ nacked a message of a batch of {self.size}")
+
+
 class Publisher:
-    """A confirm-mode publisher. Not thread-safe: one per beat loop."""
+    """A confirm-mode publisher. Not thread-safe: its users take turns (the beat's firer and
+    loop share one under a lock)."""
 
     def __init__(self, url: str, *, origin: str | None = None) -> None:
         self.url = url
@@ -170,8 +199,7 @@ class Publisher:
         self._channel: amqp.Channel | None = None
         self._declared: set[str] = set()
         self._next_tag = 1
-        self._acked_upto = 0
-        self._nacked = False
+        self._unconfirmed: deque[Confirmation] = deque()
 
     def _connect(self) -> amqp.Channel:
         if self._channel is not None:
@@ -187,19 +215,41 @@ class Publisher:
         channel.events["basic_nack"].add(self._on_nack)
         self._connection, self._channel = connection, channel
         self._declared.clear()
-        self._next_tag, self._acked_upto, self._nacked = 1, 0, False
+        self._next_tag = 1
         return channel
 
     def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
-        # Tags are confirmed in order on one channel, so the highest tag seen bounds the rest.
-        self._acked_upto = max(self._acked_upto, delivery_tag)
+        self._settle(delivery_tag, multiple, nacked=False)
 
     def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
-        self._nacked = True
-        self._acked_upto = max(self._acked_upto, delivery_tag)
+        self._settle(delivery_tag, multiple, nacked=True)
+
+    def _settle(self, tag: int, multiple: bool, *, nacked: bool) -> None:
+        """A confirm of ``tag`` (and, with ``multiple``, of every tag up to it)."""
+        for confirmation in self._unconfirmed:
+            if confirmation.first_tag > tag:
+                break
+            if multiple:
+                settled = (set(confirmation.waiting) if confirmation.last_tag <= tag
+                           else {t for t in confirmation.waiting if t <= tag})
+            else:
+                settled = {tag} & confirmation.waiting
+            if settled:
+                confirmation.waiting -= settled
+                confirmation.nacked = confirmation.nacked or nacked
+        while self._unconfirmed and self._unconfirmed[0].settled:
+            self._unconfirmed.popleft()
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages sent whose confirm has not come yet."""
+        return sum(len(c.waiting) for c in self._unconfirmed)
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
+        for confirmation in self._unconfirmed:
+            confirmation.lost = True
+        self._unconfirmed.clear()
         if connection is not None:
             try:
                 connection.close()
@@ -213,10 +263,16 @@ class Publisher:
         ``retry_tier_ms``, through that retry tier (they reach their queue after its TTL).
 
         Raises :class:`DispatchError` if any is nacked or the confirms do not arrive; the
-        connection is then dropped and the next call reconnects.
+        connection is then dropped (unless a nack was all) and the next call reconnects.
         """
-        if not messages:
-            return
+        if messages:
+            self.wait(self.send(messages, retry_tier_ms=retry_tier_ms))
+
+    def send(
+        self, messages: Sequence[TaskMessage], *, retry_tier_ms: int = 0
+    ) -> Confirmation:
+        """Publish every message without waiting for their confirms: :meth:`poll` (or
+        :meth:`wait`) reads them, and the returned :class:`Confirmation` settles."""
         try:
             channel = self._connect()
             for queue in {m.queue for m in messages} - self._declared:
@@ -228,7 +284,6 @@ class Publisher:
                 if exchange not in self._declared:
                     declare_retry_tier(channel, retry_tier_ms)
                     self._declared.add(exchange)
-            self._nacked = False
             self._batching.chunks = []
             try:
                 for message in messages:
@@ -239,25 +294,45 @@ class Publisher:
                     )
             finally:
                 self._batching.flush()
-            last_tag = self._next_tag + len(messages) - 1
-            self._next_tag = last_tag + 1
-            self._await_confirms(last_tag)
-        except DispatchError:
-            self.close()
-            raise
         except (OSError, amqp.exceptions.AMQPError) as exc:
             self.close()
             raise DispatchError(f"publishing {len(messages)} messages failed: {exc!r}") from exc
-        if self._nacked:
-            raise DispatchError(f"RabbitMQ nacked a message of a batch of {len(messages)}")
+        first_tag = self._next_tag
+        self._next_tag += len(messages)
+        confirmation = Confirmation(len(messages), first_tag, self._next_tag - 1,
+                                    waiting=set(range(first_tag, self._next_tag)))
+        if confirmation.waiting:
+            self._unconfirmed.append(confirmation)
+        return confirmation
 
-    def _await_confirms(self, last_tag: int) -> None:
-        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
-        while self._acked_upto < last_tag:
+    def poll(self, timeout_s: float) -> None:
+        """Read the confirms that arrive within ``timeout_s`` (returns at the first ones).
+        Raises :class:`DispatchError`, the connection dropped, when it failed or when the
+        oldest unconfirmed batch waited longer than ``CONFIRM_TIMEOUT_S``."""
+        if not self._unconfirmed or self._connection is None:
+            return
+        waited = time.monotonic() - self._unconfirmed[0].sent_at
+        if waited > CONFIRM_TIMEOUT_S:
+            self.close()
+            raise DispatchError(f"no confirm in {CONFIRM_TIMEOUT_S} s")
+        try:
+            # Not 0: py-amqp makes the socket non-blocking then, which it does not expect.
+            self._connection.drain_events(timeout=max(timeout_s, 0.0005))
+        except TimeoutError:
+            return
+        except (OSError, amqp.exceptions.AMQPError) as exc:
+            self.close()
+            raise DispatchError(f"reading confirms failed: {exc!r}") from exc
+
+    def wait(self, confirmation: Confirmation) -> None:
+        """Return once every message of ``confirmation`` was confirmed; raises
+        :class:`DispatchError` when one was nacked or the confirms did not come."""
+        deadline = confirmation.sent_at + CONFIRM_TIMEOUT_S
+        while not confirmation.settled:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise DispatchError(f"no confirm for tag {last_tag} in {CONFIRM_TIMEOUT_S} s")
-            try:
-                self._connection.drain_events(timeout=remaining)
-            except TimeoutError:
-                continue
+                self.close()
+                raise DispatchError(f"no confirm for tag {confirmation.last_tag} in "
+                                    f"{CONFIRM_TIMEOUT_S} s")
+            self.poll(remaining)
+        confirmation.raise_if_failed()

@@ -2,12 +2,14 @@
 
 The beat's loop (:mod:`scheduler.beat`) claims timers ``prepare_ahead_ms`` before they are due,
 writes their executions and builds their messages, then hands each prepared occurrence to the
-**firer**. The firer sleeps until the earliest fire time, publishes everything due by then in one
-confirmed batch and passes the batch to the **recorder**, which marks the executions dispatched,
-moves the jobs on and acknowledges the timers in Redis. Neither waits for the other: a slow
-PostgreSQL statement in the loop or in the recorder does not hold up a publish that is due, and
-the recorder writes, at most every ``RECORD_INTERVAL_S``, every batch confirmed since its last
-statement with one statement.
+**firer**. The firer sleeps until the earliest fire time, publishes everything due by then as one
+batch and, without waiting for its confirms, goes on to the next fire time; it reads confirms
+between publishes and passes each batch RabbitMQ confirmed to the **recorder**, which marks the
+executions dispatched, moves the jobs on and acknowledges the timers in Redis. Nothing waits for
+anything slower than itself: a PostgreSQL statement in the loop or in the recorder does not hold
+up a publish that is due, nor does the confirm of the batch before it; the recorder writes, at
+most every ``RECORD_INTERVAL_S``, every batch confirmed since its last statement with one
+statement.
 
 A publish that RabbitMQ fails is tried again with back-off while the replica surely holds the
 shards; a replica that dies meanwhile loses nothing (the timers stay inflight and the shard's next
@@ -30,7 +32,7 @@ import redis
 from django.db import DatabaseError, close_old_connections
 
 from scheduler import occurrences
-from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
 from scheduler.ownership import ShardOwnership
 from scheduler.timers import ClaimedTimer, TimerStore, execution_id_for
 
@@ -45,6 +47,12 @@ RECORD_MERGE_LIMIT = 64
 # during the last confirm), and one statement for several of them costs PostgreSQL and the
 # beat far less than one each. Recording later only keeps the timers inflight a little longer.
 RECORD_INTERVAL_S = 0.02
+# While confirms are awaited the firer reads them for at most this long before it looks at the
+# heap again (an occurrence put in for an earlier time than the next is noticed that late).
+POLL_MS = 2
+# Messages published and not yet confirmed, at most: past it the firer waits for confirms (a
+# connection lost with them unconfirmed publishes them again).
+MAX_IN_FLIGHT = 2_000
 
 log = logging.getLogger("chrono.beat")
 
@@ -117,6 +125,8 @@ class Firer(threading.Thread):
         self._sequence = itertools.count()
         self._changed = threading.Condition()
         self._finishing = False
+        # Batches sent whose confirms are awaited, oldest first.
+        self._in_flight: list[tuple[Confirmation, ConfirmedBatch, list[Prepared]]] = []
 
     def put(self, due_ms: int, prepared: Prepared) -> None:
         with self._changed:
@@ -138,43 +148,66 @@ class Firer(threading.Thread):
 
     def run(self) -> None:
         backoff_s = 0.1
-        while (due := self._next_due()) is not None:
+        while (groups := self._take_due()) is not None:
+            sent = 0
             try:
-                while due:
-                    self._publish(due[0])
-                    due.pop(0)
-                backoff_s = 0.1
-            except (DispatchError, OSError) as exc:
-                # What was not confirmed waits again (a retried message that did reach the
-                # queue is a duplicate with the same execution id: one delivery runs).
+                for group in groups:
+                    self._send(group)
+                    sent += 1
+                if self._collect(self._poll_s()):
+                    backoff_s = 0.1
+            except DispatchError as exc:
+                # The connection is gone, and with it every confirm still awaited: what was
+                # not confirmed waits again (a message that did reach the queue and goes out
+                # again is a duplicate with the same execution id: one delivery runs).
                 self.counters.failed_iterations += 1
                 log.error("publishing failed, retrying in %.1f s: %r", backoff_s, exc)
-                retry_at = self.clock() + int(backoff_s * 1000)
-                for group in due:
-                    for prepared in group:
-                        self.put(retry_at, prepared)
+                again = groups[sent:] + [group for _, _, group in self._in_flight]
+                self._in_flight.clear()
+                self._put_again(again, backoff_s)
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
 
-    def _next_due(self) -> list[list[Prepared]] | None:
-        """Wait for the earliest fire time; everything due by then, grouped by the leases it
-        was claimed under. None once finishing and nothing is left."""
+    def _take_due(self) -> list[list[Prepared]] | None:
+        """Everything due now, grouped by the leases it was claimed under; [] when nothing is
+        due but confirms are awaited (they are read next); otherwise wait for the earliest
+        fire time. None once finishing with nothing left."""
         with self._changed:
             while True:
                 now = self.clock()
-                if self._heap and self._heap[0][0] <= now:
+                if (self._heap and self._heap[0][0] <= now
+                        and self._in_flight_messages() < MAX_IN_FLIGHT):
                     groups: dict[int, list[Prepared]] = {}
                     while self._heap and self._heap[0][0] <= now:
                         prepared = heapq.heappop(self._heap)[2]
                         groups.setdefault(id(prepared.leases), []).append(prepared)
                     return list(groups.values())
+                if self._in_flight:
+                    return []
                 if self._finishing and not self._heap:
                     return None
                 self._changed.wait(None if not self._heap else (self._heap[0][0] - now) / 1000)
 
-    def _publish(self, group: list[Prepared]) -> None:
-        """Publish occurrences prepared under the same leases; what the lease check drops stays
-        inflight for the shard's next owner."""
+    def _poll_s(self) -> float:
+        """How long to wait for confirms: until the next fire time, at most ``POLL_MS`` (an
+        occurrence put in meanwhile for an earlier time is noticed that late at most)."""
+        with self._changed:
+            head_ms = self._heap[0][0] if self._heap else None
+        wait_ms = POLL_MS if head_ms is None else min(POLL_MS, max(0, head_ms - self.clock()))
+        return wait_ms / 1000
+
+    def _in_flight_messages(self) -> int:
+        return sum(confirmation.size for confirmation, _, _ in self._in_flight)
+
+    def _put_again(self, groups: list[list[Prepared]], after_s: float) -> None:
+        retry_at = self.clock() + int(after_s * 1000)
+        for group in groups:
+            for prepared in group:
+                self.put(retry_at, prepared)
+
+    def _send(self, group: list[Prepared]) -> None:
+        """Publish occurrences prepared under the same leases, without waiting for their
+        confirms; what the lease check drops stays inflight for the shard's next owner."""
         # The time each message goes out, in it (a worker can tell which lease it was published
         # under, and when). Read before the lease check: a message stamped after a pause (a
         # SIGSTOP longer than the lease) is checked after it too, and dropped.
@@ -183,17 +216,44 @@ class Firer(threading.Thread):
         drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
         kept = {id(f) for f in batch.fired}
         messages = [m for p in group if id(p.fired) in kept for m in p.messages]
-        if messages:
-            for message in messages:
-                message.chrono_headers["chrono_published_ms"] = published_ms
-            with self.counters.timed("publish"), self.publish_lock:
-                self.publisher.publish_batch(messages)
+        if not messages:
+            self._done(batch)
+            return
+        for message in messages:
+            message.chrono_headers["chrono_published_ms"] = published_ms
+        with self.counters.timed("publish"), self.publish_lock:
+            confirmation = self.publisher.send(messages)
+        self._in_flight.append((confirmation, batch, group))
+
+    def _collect(self, timeout_s: float) -> bool:
+        """Read confirms for up to ``timeout_s``; hand each batch that RabbitMQ confirmed to
+        the recorder (one with a nacked message waits and goes again). Whether any was."""
+        if not self._in_flight:
+            return False
+        with self.publish_lock:
+            self.publisher.poll(timeout_s)
+        confirmed = False
+        for entry in [e for e in self._in_flight if e[0].settled]:
+            self._in_flight.remove(entry)
+            confirmation, batch, group = entry
+            if confirmation.lost or confirmation.nacked:
+                # Lost: the loop's own publish (a retry) found the connection gone.
+                self.counters.failed_iterations += 1
+                log.error("a batch of %d was %s, publishing it again", confirmation.size,
+                          "lost" if confirmation.lost else "nacked")
+                self._put_again([group], 0.1)
+                continue
+            confirmed = True
             batch.confirmed_at_ms = self.clock()
-            self.counters.published += len(messages)
+            self.counters.published += confirmation.size
             self.counters.redelivered += sum(1 for t, *_ in batch.fired if t.redelivered)
             self.counters.note_lateness(batch.confirmed_at_ms - fire_ms
                                         for _, _, fire_ms_list, _ in batch.fired
                                         for fire_ms in fire_ms_list)
+            self._done(batch)
+        return confirmed
+
+    def _done(self, batch: ConfirmedBatch) -> None:
         self.recorder.submit(batch)
         self.counters.batches += 1
 

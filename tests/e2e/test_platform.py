@@ -65,8 +65,9 @@ def test_cron_job_fires_on_consecutive_occurrences(platform, tenant):
     assert fired[0] == first_ms
     # Each next occurrence goes straight into the beat's wheel when it is acknowledged, not at
     # the next scan of Redis (which would make it up to a scan interval late).
+    # (The next occurrence may already be prepared, 100 ms ahead, and not dispatched yet.)
     lateness = sorted((e.dispatched_at - e.scheduled_for).total_seconds()
-                      for e in job.executions.all())
+                      for e in job.executions.filter(dispatched_at__isnull=False))
     assert lateness[len(lateness) // 2] < 0.2, lateness
     assert [b - a for a, b in zip(fired, fired[1:], strict=False)] == [1_000] * (len(fired) - 1)
     runs = platform.redis.hgetall(RUNS_KEY)

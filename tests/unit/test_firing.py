@@ -17,20 +17,26 @@ import redis
 from chronoadmin.config import load_config
 from scheduler.beat import Beat, BeatCounters, BeatThreadDied, prepare_at
 from scheduler.clock import now_ms
-from scheduler.dispatch import DispatchError, Publisher
+from scheduler.dispatch import Confirmation, DispatchError, Publisher
 from scheduler.firing import ConfirmedBatch, Firer, Prepared, _ack_runs
 from scheduler.timers import ClaimedTimer, TimerStore
 
 
 class NotingPublisher:
-    """Notes each batch with the time it was published; fails the first ``failures`` calls."""
+    """Notes each batch with the time it was sent; fails the first ``failures`` sends, nacks
+    the first ``nacks`` batches, and confirms each ``confirm_ms`` after it was sent."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, *, nacks: int = 0, confirm_ms: int = 0) -> None:
         self.failures = failures
+        self.nacks = nacks
+        self.confirm_ms = confirm_ms
         self.batches: list[tuple[int, list[int]]] = []
         self.stamps: list[int] = []
+        self.confirmed: list[tuple[int, Confirmation]] = []  # (when, which)
+        self._pending: list[tuple[int, Confirmation]] = []
+        self._tag = 0
 
-    def publish_batch(self, messages) -> None:
+    def send(self, messages) -> Confirmation:
         if self.failures:
             self.failures -= 1
             raise DispatchError("connection closed by the broker")
@@ -38,6 +44,23 @@ class NotingPublisher:
         assert all(m.chrono_headers["chrono_published_ms"] <= at for m in messages)
         self.batches.append((at, [m.fire_ms for m in messages]))
         self.stamps += [m.chrono_headers["chrono_published_ms"] for m in messages]
+        first = self._tag + 1
+        self._tag += len(messages)
+        confirmation = Confirmation(len(messages), first, self._tag,
+                                    waiting=set(range(first, self._tag + 1)))
+        self._pending.append((at + self.confirm_ms, confirmation))
+        return confirmation
+
+    def poll(self, timeout_s: float) -> None:
+        if self._pending and self._pending[0][0] > now_ms():
+            time.sleep(min(timeout_s, (self._pending[0][0] - now_ms()) / 1000))
+        while self._pending and self._pending[0][0] <= now_ms():
+            _, confirmation = self._pending.pop(0)
+            if self.nacks:
+                self.nacks -= 1
+                confirmation.nacked = True
+            confirmation.waiting.clear()
+            self.confirmed.append((now_ms(), confirmation))
 
 
 class NotingRecorder:
@@ -126,6 +149,76 @@ def test_a_shard_whose_lease_may_have_expired_publishes_nothing_and_is_not_acked
     assert [m for _, messages in publisher.batches for m in messages] == [due]
     assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["kept"]
     assert counters.fenced == 1
+
+
+def test_the_next_batch_goes_out_while_the_confirm_of_the_one_before_is_on_its_way():
+    """Confirms that take 60 ms do not hold up occurrences due 20 and 40 ms later."""
+    publisher, recorder = NotingPublisher(confirm_ms=60), NotingRecorder()
+    f, counters = firer(publisher, recorder)
+    first = now_ms() + 30
+    for offset in (0, 20, 40):
+        f.put(first + offset, prepared(first + offset, job=f"j{offset}"))
+    f.finish()
+
+    sent = [at for at, _ in publisher.batches]
+    assert len(sent) == 3
+    first_confirmed = publisher.confirmed[0][0]
+    assert sent[1] < first_confirmed and sent[2] < first_confirmed
+    assert all(at - fire < 20 for at, fires in publisher.batches for fire in fires)
+    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["j0", "j20", "j40"]
+    assert all(b.confirmed_at_ms - b.fired[0][2][0] >= 60 for b in recorder.batches)
+    assert counters.published == 3
+
+
+def test_a_nacked_batch_is_published_again_and_recorded_once():
+    publisher, recorder = NotingPublisher(nacks=1), NotingRecorder()
+    f, counters = firer(publisher, recorder)
+    due = now_ms() + 10
+    f.put(due, prepared(due, job="a"))
+    deadline = time.monotonic() + 5
+    while counters.published < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    f.finish()
+
+    assert [fires for _, fires in publisher.batches] == [[due], [due]]
+    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["a"]
+    assert counters.failed_iterations == 1 and counters.published == 1
+
+
+def test_confirms_settle_by_delivery_tag_in_whatever_order_they_come():
+    publisher = Publisher("amqp://guest:guest@127.0.0.1:1//")
+    batches = []
+    for size in (3, 2, 2):  # tags 1-3, 4-5, 6-7
+        first = publisher._next_tag
+        publisher._next_tag += size
+        batches.append(Confirmation(size, first, first + size - 1,
+                                    waiting=set(range(first, first + size))))
+        publisher._unconfirmed.append(batches[-1])
+    publisher._on_ack(5, False)  # the second batch's last message, before anything else
+    publisher._on_ack(4, False)
+    assert [b.settled for b in batches] == [False, True, False]
+    publisher._on_nack(6, False)
+    assert batches[2].nacked and batches[2].settled
+    publisher._on_ack(3, True)  # "everything up to 3"
+    assert batches[0].settled and not batches[0].nacked
+    # The nacked batch failed as a whole: its other message is no longer awaited, and its
+    # late ack changes nothing.
+    assert publisher.unconfirmed == 0 and not publisher._unconfirmed
+    publisher._on_ack(7, False)
+    assert batches[2].nacked
+    with pytest.raises(DispatchError, match="nacked"):
+        batches[2].raise_if_failed()
+    batches[0].raise_if_failed()
+
+
+def test_a_closed_connection_loses_the_confirms_still_awaited():
+    publisher = Publisher("amqp://guest:guest@127.0.0.1:1//")
+    waiting = Confirmation(2, 1, 2, waiting={1, 2})
+    publisher._unconfirmed.append(waiting)
+    publisher.close()
+    assert waiting.lost and waiting.settled
+    with pytest.raises(DispatchError, match="closed"):
+        waiting.raise_if_failed()
 
 
 def timer(job: str, shard: int) -> ClaimedTimer:

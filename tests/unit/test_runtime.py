@@ -24,6 +24,6 @@ def test_the_worker_freezes_its_heap_once_ready_and_in_each_pool_child():
 
     from chronoadmin import celery as chrono_celery
 
-    for signal, handler in ((worker_ready, chrono_celery._freeze_worker_heap),
-                            (worker_process_init, chrono_celery._freeze_pool_child_heap)):
+    for signal, handler in ((worker_ready, chrono_celery._prepare_worker),
+                            (worker_process_init, chrono_celery._prepare_pool_child)):
         assert handler in [ref() for _, ref in signal.receivers], signal.name
