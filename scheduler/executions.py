@@ -212,10 +212,11 @@ def _batched(columns: str, update: str, tail: str) -> str:
             f"u AS ({update.replace('{rows}', 'FROM x JOIN l USING (execution_id)')}){tail}")
 
 
-def _parameters(columns: dict[str, list[object]]) -> list[object]:
+def _parameters(columns: dict[str, list[object]]) -> list[str]:
     """Parameters of a statement built by :func:`_batched`: the arrays (in the order of its
     ``columns``), then the ids to lock."""
-    return [*columns.values(), columns["execution_id"]]
+    arrays = {name: prepared.array(values) for name, values in columns.items()}
+    return [*arrays.values(), arrays["execution_id"]]
 
 
 def _one_row(columns: dict[str, list[object]]) -> dict[str, object]:

@@ -122,12 +122,12 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
     """
     if not claimed:
         return {}
-    job_ids = [uuid.UUID(job_id) for job_id, _ in claimed]
+    job_ids = prepared.array(uuid.UUID(job_id) for job_id, _ in claimed)
     with prepared.cursor() as cursor:
         cursor.execute(
             "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::timestamptz[]) "
             "  AS x(execution_id, job_id, fired_at)), "
-            f"j AS (SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s) "
+            f"j AS (SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s::uuid[]) "
             "  FOR KEY SHARE), "
             "ins AS (INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
             "  scheduled_for, status, error, logs_url, fencing_token) "
@@ -137,9 +137,9 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
             "  ON CONFLICT (execution_id) DO NOTHING) "
             "SELECT * FROM j",
             [
-                [execution_id_for(job_id, fire_ms) for job_id, fire_ms in claimed],
+                prepared.array(execution_id_for(job_id, fire_ms) for job_id, fire_ms in claimed),
                 job_ids,
-                [ms_to_datetime(fire_ms) for _, fire_ms in claimed],
+                prepared.array(ms_to_datetime(fire_ms) for _, fire_ms in claimed),
                 job_ids,
             ],
         )
@@ -184,7 +184,7 @@ def record_dispatched(
             "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at, x.confirmed_at), "
             f"a AS ({_DISPATCHED_AUDIT}) "
             "SELECT job_id FROM j",
-            [
+            [prepared.array(column) for column in (
                 [execution_id for execution_id, _ in dispatched],
                 [ms_to_datetime(ms) for _, ms in dispatched],
                 [execution_id for execution_id, _ in dispatched],
@@ -192,7 +192,7 @@ def record_dispatched(
                 [ms_to_datetime(fired) for _, fired, _, _ in advances],
                 [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
                 [ms_to_datetime(ms) for _, _, _, ms in advances],
-            ],
+            )],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 

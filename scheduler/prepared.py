@@ -4,7 +4,9 @@ Django's PostgreSQL backend binds parameters on the client: every statement reac
 new text (arrays spelled out as literals), which it parses and plans again. The statements that
 run once or twice per job (the beat's insert and record, a worker's start and finish) are long
 CTEs whose planning costs more than the rows they write; prepared once per connection, PostgreSQL
-reuses their plan and receives the arrays in binary.
+reuses their plan. Their arrays go as one text literal each (:func:`array`, cast in the statement):
+psycopg's binary list dumper costs ~2 µs an element in Python, six times the literal's, and the
+hot statements carry a dozen arrays of a batch's rows.
 
 Errors come out as Django's (``django.db.DatabaseError`` and its subclasses), as from
 ``connection.cursor()``.
@@ -18,12 +20,27 @@ ever led a batch, each opened (a SCRAM exchange and a new backend) and prepared 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+def array(values: Iterable[object]) -> str:
+    """A PostgreSQL array literal of ``values`` (None is NULL, a datetime its ISO form,
+    anything else its ``str``), for a parameter the statement casts (``%s::uuid[]``)."""
+    return "{" + ",".join(map(_element, values)) + "}"
+
+
+def _element(value: object) -> str:
+    if value is None:
+        return "NULL"
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    # Every element quoted: inside quotes only a backslash and a double quote are special.
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class OwnConnection:

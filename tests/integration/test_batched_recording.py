@@ -188,3 +188,24 @@ def test_a_forked_child_does_not_use_its_parents_connection(tenant):
     assert os.read(read, 1) == b"1"
     assert own.wrapper().connection is parent_socket and not parent_socket.closed
     own.close()
+
+
+def test_array_literals_reach_postgresql_as_the_values_they_were(db):
+    """What the hot statements send as text arrays, PostgreSQL reads back unchanged: quotes,
+    backslashes, braces, commas, the word NULL, a real NULL, newlines and non-ASCII text."""
+    import json
+    from datetime import UTC, datetime
+
+    from scheduler import prepared
+
+    texts = ['say "hi"', "back\\slash", "{,}", "NULL", None, "", "line\nbreak", "żółw ✓"]
+    moments = [datetime(2026, 3, 29, 1, 30, 0, 123000, tzinfo=UTC), None]
+    with prepared.cursor() as cursor:
+        cursor.execute("SELECT %s::text[], %s::timestamptz[], %s::jsonb[]",
+                       [prepared.array(texts), prepared.array(moments),
+                        prepared.array(['{"a": "q\\"uote"}'])])
+        (got_texts, got_moments, got_json), = cursor.fetchall()
+    assert got_texts == texts
+    assert got_moments == moments
+    # (Django's psycopg set-up returns jsonb as its text.)
+    assert [json.loads(v) if isinstance(v, str) else v for v in got_json] == [{"a": 'q"uote'}]
