@@ -6,7 +6,8 @@ import math
 import os
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from chronoadmin.config import get_config
@@ -130,6 +131,39 @@ def cpu_by_role(
     busy = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     totals["machine"] = (sum(int(v) for v in busy) - int(busy[3]) - int(busy[4])) / _TICKS
     return totals
+
+
+def rabbitmq_pids() -> list[int]:
+    """The processes of the RabbitMQ node (the Erlang VM and its helper)."""
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() in ("beam.smp", "erl_child_setup"):
+                pids.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+@contextmanager
+def processes_on_cpus(pids: Sequence[int], cpus: Collection[int]) -> Iterator[None]:
+    """Keep every thread of ``pids`` (already running: a service's) on ``cpus`` for the
+    block, then let them use every core again."""
+    everywhere = set(range(os.cpu_count() or 1))
+
+    def pin(to: Collection[int]) -> None:
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+                try:
+                    os.sched_setaffinity(int(task.name), to)
+                except (ProcessLookupError, FileNotFoundError):
+                    continue
+
+    pin(cpus)
+    try:
+        yield
+    finally:
+        pin(everywhere)
 
 
 def _descendants(pid: int) -> set[int]:

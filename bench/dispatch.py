@@ -10,6 +10,10 @@ job was dispatched (and started), and reports from the executions table:
   confirm): the offered rate when the replicas keep up, their ceiling when they do not;
 * ``p99_by_second_ms``: the p99 of each second of the run.
 
+With ``--pin`` the beat replicas and RabbitMQ's node run on CPU 0 and the worker on the other
+CPUs (PostgreSQL and the rest go where the kernel puts them), as on a box where the workers are
+kept off the dispatch path's core; RabbitMQ gets every core back after the run.
+
 Before the measured jobs, ``--warmup`` jobs run at the same rate through the same processes
 (just started: their connections, prepared statements and code paths are cold) and are
 reported apart, as ``warmup``: the figures are those of a running platform, and what a freshly
@@ -19,8 +23,9 @@ started one does in its first seconds stays visible.
 from __future__ import annotations
 
 import argparse
+import os
 
-from bench.common import cpu_by_role, queue_depth
+from bench.common import cpu_by_role, processes_on_cpus, queue_depth, rabbitmq_pids
 from bench.platform import bench_platform, lateness_report
 from chronoadmin.processes import wait_until
 from scheduler.clock import ms_to_datetime, now_ms
@@ -37,19 +42,36 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--worker-pool", default="prefork", choices=["prefork", "threads"])
     parser.add_argument("--worker-nice", type=int, default=0,
                         help="lower the worker's CPU priority (it shares the cores with the beat)")
+    parser.add_argument("--pin", action="store_true",
+                        help="keep the beat replicas and RabbitMQ on CPU 0 and the worker on "
+                             "the others (PostgreSQL and the rest go where the kernel puts "
+                             "them): the worker then takes no core from the dispatch path")
     parser.add_argument("--warmup", type=int, default=2_000,
                         help="jobs run (at --rate) before the measured ones, reported apart")
     parser.add_argument("--timeout", type=float, default=300.0)
     return parser.parse_args(argv)
 
 
+def _pinning(pin: bool) -> tuple[set[int], set[int]]:
+    """CPUs for the dispatch path (beat replicas, RabbitMQ) and for the worker."""
+    if not pin:
+        return set(), set()
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    return {cpus[0]}, set(cpus[1:])
+
+
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
-    with bench_platform("dispatch") as platform:
+    dispatch_cpus, worker_cpus = _pinning(args.pin)
+    with (bench_platform("dispatch") as platform,
+          processes_on_cpus(rabbitmq_pids() if args.pin else [], dispatch_cpus)):
         for i in range(args.replicas):
-            platform.start_beat(f"bench-beat-{i}")
+            platform.start_beat(f"bench-beat-{i}", cpus=dispatch_cpus)
         if not args.no_worker:
-            platform.start_worker(args.worker_concurrency, args.worker_pool, args.worker_nice)
+            platform.start_worker(args.worker_concurrency, args.worker_pool, args.worker_nice,
+                                  cpus=worker_cpus)
         pids = {"beat_pids": [b.pid for b in platform.beats.values()],
                 "worker_pid": platform.worker.pid if platform.worker else None}
         field = "dispatched_at" if args.no_worker else "started_at"
@@ -83,6 +105,8 @@ def run(argv: list[str]) -> dict[str, object]:
         "replicas": args.replicas,
         "worker": None if args.no_worker else f"{args.worker_pool} x{args.worker_concurrency}",
         "worker_nice": args.worker_nice,
+        "pinned": ({"beat_and_rabbitmq_cpus": sorted(dispatch_cpus),
+                    "worker_cpus": sorted(worker_cpus)} if args.pin else None),
         **report,
         "lost": args.jobs - report["dispatched"],
         # CPU per job of each part of the platform during the run.

@@ -8,7 +8,7 @@ disturb nor are disturbed by a demo running on the same machine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -56,20 +56,22 @@ class BenchPlatform:
     def executions(self) -> QuerySet:
         return Execution.objects.for_tenant(self.tenant)
 
-    def start_beat(self, replica_id: str, **env: object) -> ChronoProcess:
+    def start_beat(self, replica_id: str, *, cpus: Collection[int] | None = None,
+                   **env: object) -> ChronoProcess:
         extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
-        beat = self.group.start(replica_id, ["beat", "--replica-id", replica_id], env=extra)
+        beat = self.group.start(replica_id, ["beat", "--replica-id", replica_id], env=extra,
+                                cpus=cpus)
         wait_for_beat(beat, replica_id)
         self.beats[replica_id] = beat
         return beat
 
     def start_worker(self, concurrency: int = 2, pool: str = "prefork",
-                     nice: int = 0) -> ChronoProcess:
+                     nice: int = 0, cpus: Collection[int] | None = None) -> ChronoProcess:
         hostname = f"bench-worker@{self.queue}"
         worker = self.group.start("worker", ["worker", "--queues", self.queue, "--concurrency",
                                              str(concurrency), "--pool", pool,
                                              "--hostname", hostname, "--loglevel", "WARNING"],
-                                  nice=nice)
+                                  nice=nice, cpus=cpus)
         wait_for_worker(worker, hostname)
         self.worker = worker
         return worker

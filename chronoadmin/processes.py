@@ -13,8 +13,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -97,10 +98,11 @@ class ProcessGroup:
 
     def start(
         self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-        nice: int = 0,
+        nice: int = 0, cpus: Collection[int] | None = None,
     ) -> ChronoProcess:
-        """Start ``chrono ARGV`` as ``name``; ``nice`` lowers its CPU priority (and its
-        threads' and children's), e.g. a worker sharing cores with a latency-bound beat."""
+        """Start ``chrono ARGV`` as ``name``; ``nice`` lowers its CPU priority and ``cpus``
+        keeps it on those cores (both for its threads and children too), e.g. a worker kept
+        off the cores of a latency-bound beat."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
@@ -111,7 +113,8 @@ class ProcessGroup:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None,  # noqa: PLW1509 - no threads
+            preexec_fn=(partial(_limit_cpu, nice, cpus)  # noqa: PLW1509 - no threads
+                        if nice or cpus else None),
         )
         log_file.close()
         child = ChronoProcess(name=name, popen=popen, log_path=log_path)
@@ -122,6 +125,13 @@ class ProcessGroup:
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
+
+
+def _limit_cpu(nice: int, cpus: Collection[int] | None) -> None:
+    if nice:
+        os.nice(nice)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def wait_until(
