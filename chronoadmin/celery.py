@@ -46,6 +46,10 @@ app.conf.update(
     task_create_missing_queues=False,
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
+    # A lost broker connection does not stop running tasks (Celery plans to make it do so by
+    # default): their messages go back to the queue, the worker-side start refuses the new
+    # delivery while the lease is held, and the run goes on to record its result.
+    worker_cancel_long_running_tasks_on_connection_loss=False,
     imports=["chronoadmin.builtin_tasks", "reaper.heartbeats"],
 )
 # Celery's Django fix-up closes every database connection before and after every task unless

@@ -14,7 +14,7 @@ import pytest
 from scheduler import api
 from scheduler.models import Execution, ExecutionStatus, Job
 from scheduler.retry import RetryPolicy
-from tests.helpers import attempts_log, runs, wait_for
+from tests.helpers import attempts_log, deliveries, runs, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -71,6 +71,31 @@ def test_a_worker_killed_mid_job_is_replaced_and_one_success_is_recorded(platfor
     assert 2 in attempts
     if victim == "parent":
         assert not execution.worker_id.startswith(name), "the dead worker cannot have finished"
+
+
+def test_a_broker_connection_lost_mid_run_neither_stops_the_job_nor_runs_it_twice(platform,
+                                                                                 tenant):
+    """RabbitMQ closes every connection while a job runs (a broker restart looks so, and so does
+    its consumer timeout on a job longer than 30 minutes): the unacknowledged message goes back
+    to the queue and is delivered again, the worker-side start refuses that delivery (the
+    execution is RUNNING under a live lease), and the first run goes on and is recorded."""
+    from chronoadmin import services
+
+    rabbitmq = {s.name: s for s in services.registered_services(
+        services.ServicesConfig.from_env())}["rabbitmq"]
+    start(platform)
+    job = schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 5})
+    execution, _ = running_on(job)
+    closed = rabbitmq.ctl("close_all_connections", "chaos test")
+    assert closed.returncode == 0, closed.stderr
+
+    execution_id = str(execution.execution_id)
+    assert wait_for(lambda: deliveries(platform.redis).get(execution_id, 0) >= 2, timeout_s=60)
+    assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(), timeout_s=60)
+    time.sleep(1)  # a late second run would show by now
+    execution.refresh_from_db()
+    assert execution.attempt == 1, "the run was not stopped and tried again"
+    assert runs(platform.redis) == {execution_id: 1}
 
 
 def test_a_worker_paused_past_its_lease_has_its_late_result_refused(platform, tenant):
