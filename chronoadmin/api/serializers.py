@@ -36,6 +36,7 @@ from reaper.models import Worker
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import format_fire_time, parse_cron
 from scheduler.errors import InvalidSchedule
+from scheduler.misfire import jittered_ms
 from scheduler.models import Execution, Job, JobStatus, MisfirePolicyChoice, OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
 
@@ -240,15 +241,20 @@ def utc_iso(fire_ms: int) -> str:
 
 
 def next_fire_times(job: Job, *, count: int = NEXT_FIRE_TIMES) -> list[dict[str, str]]:
-    """When a job fires next, in UTC and in its time zone; none once it is finished."""
+    """When a job fires next, in UTC and in its time zone, each occurrence moved by the job's
+    jitter as the beat will fire it; none once it is finished."""
     if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
         return []
     if job.cron_expression:
         try:
             schedule = parse_cron(job.cron_expression, job.timezone)
-            times = schedule.fire_times_ms(now_ms(), count)
+            now = now_ms()
+            # From a jitter before now: an occurrence just past may fire after now.
+            occurrences = schedule.fire_times_ms(now - job.jitter_ms, count + 1)
         except InvalidSchedule:  # a row written by hand; the API never stores one
             return []
+        fired = (jittered_ms(str(job.job_id), ms, job.jitter_ms) for ms in occurrences)
+        times = [ms for ms in fired if ms >= now][:count]
     elif job.next_run_at is not None:
         times = [datetime_to_ms(job.next_run_at)]
     else:
@@ -288,7 +294,7 @@ class JobSerializer(serializers.ModelSerializer):
 class JobDetailSerializer(JobSerializer):
     next_fire_times = serializers.SerializerMethodField(
         help_text=f"The next {NEXT_FIRE_TIMES} fire times of a cron job (the one of a one-time "
-        "job), in UTC and in the job's time zone."
+        "job), in UTC and in the job's time zone, each moved by the job's jitter."
     )
 
     class Meta(JobSerializer.Meta):

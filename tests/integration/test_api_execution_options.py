@@ -184,6 +184,25 @@ def test_patch_of_the_jitter_moves_the_pending_occurrence_and_its_timer(
     assert timer_store().fire_time_of(job_id) == moved_ms
 
 
+def test_a_jittered_cron_job_shows_the_fire_times_the_beat_will_use(
+    tenant_api, django_capture_on_commit_callbacks
+):
+    """Each shown time is its occurrence moved by the job's jitter, the first one the pending
+    occurrence the timer holds: not the bare cron times, up to the jitter early."""
+    from datetime import datetime
+
+    from scheduler.cron import parse_cron
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job_id = create(tenant_api, CRON | {"jitter_ms": 250_000})["job_id"]
+    shown = [datetime_to_ms(datetime.fromisoformat(t["utc"].replace("Z", "+00:00")))
+             for t in tenant_api.get(f"{JOBS}{job_id}/").json()["next_fire_times"]]
+    occurrences = parse_cron("*/5 * * * *", "UTC").fire_times_ms(shown[0] - 250_000, 5)
+    assert shown == [jittered_ms(job_id, ms, 250_000) for ms in occurrences]
+    assert shown != occurrences
+    assert shown[0] == timer_store().fire_time_of(job_id)
+
+
 def test_a_jittered_cron_job_from_bulk_fires_within_its_spread(tenant_api):
     single = create(tenant_api, CRON)
     response = tenant_api.post_json(BULK, [CRON | {"jitter_ms": 250_000}])
