@@ -249,15 +249,25 @@ _COPY_JOBS_SQL = (
 
 
 def job_data(job: Any) -> dict[str, Any]:
-    """What an audit row of a job's creation or edit keeps about it (empty fields left out)."""
+    """What an audit row of a job's creation or edit keeps about it: its schedule and how its
+    occurrences run (empty fields and unset options left out; the schedule-only options of a
+    cron job only for one)."""
+    cron = bool(job.cron_expression)
     fields = {
         "job_type": job.job_type,
         "name": job.name,
         "queue": job.queue,
         "cron_expression": job.cron_expression,
-        "timezone": job.timezone if job.cron_expression else None,
+        "timezone": job.timezone if cron else None,
         "next_run_at": job.next_run_at,
         "max_retries": job.max_retries or None,
+        "retry_policy": job.retry_policy or None,
+        "soft_timeout_ms": job.soft_timeout_ms,
+        "hard_timeout_ms": job.hard_timeout_ms,
+        "overlap_policy": job.overlap_policy if cron else None,
+        "misfire_policy": job.misfire_policy if cron else None,
+        "misfire_fire_all_limit": job.misfire_fire_all_limit if cron else None,
+        "jitter_ms": (job.jitter_ms or None) if cron else None,
     }
     return {key: value for key, value in fields.items() if value not in (None, "")}
 

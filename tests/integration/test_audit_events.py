@@ -310,3 +310,28 @@ def test_rows_of_many_jobs_keep_text_that_copy_must_escape(tenant):
     assert {(e.action, e.outcome, e.actor, e.message, e.execution_id) for e in events} == {
         ("job.created", "success", "user:a\tb\\c", "", None)}
     assert [e.data for e in events] == [data, data]
+
+
+def test_a_jobs_creation_and_edit_keep_how_its_occurrences_run(tenant):
+    """The audit of a creation or an edit keeps the job's options, not only its schedule: an
+    operator reading it in Kibana sees which retry policy, timeouts, overlap, misfire rule and
+    jitter the job ran with from then on (a one-time job has no schedule-only options)."""
+    from scheduler.retry import RetryPolicy
+
+    job = api.schedule_cron("reports.daily", tenant=tenant, cron="0 6 * * *", jitter_ms=60_000,
+                            hard_timeout_ms=600_000, by="user:alice")
+    api.configure(job.job_id, tenant=tenant, retry=RetryPolicy(max_attempts=4),
+                  overlap="buffer_one", jitter_ms=0, by="user:alice")
+    created, edited = AuditEvent.objects.filter(job_id=job.job_id).order_by("id")
+    assert (created.action, edited.action) == (audit.JOB_CREATED, audit.JOB_EDITED)
+    assert created.data["jitter_ms"] == 60_000 and created.data["hard_timeout_ms"] == 600_000
+    assert created.data["overlap_policy"] == "skip"
+    assert created.data["misfire_policy"] == "fire_once"
+    assert edited.data["overlap_policy"] == "buffer_one"
+    assert edited.data["retry_policy"]["max_attempts"] == 4
+    assert "jitter_ms" not in edited.data and "soft_timeout_ms" not in edited.data
+
+    once = api.schedule_once("billing.charge", tenant=tenant, delay=60, soft_timeout_ms=5_000)
+    data = AuditEvent.objects.get(job_id=once.job_id).data
+    assert data["soft_timeout_ms"] == 5_000
+    assert not {"overlap_policy", "misfire_policy", "jitter_ms", "timezone"} & set(data)
