@@ -241,20 +241,24 @@ def utc_iso(fire_ms: int) -> str:
 
 
 def next_fire_times(job: Job, *, count: int = NEXT_FIRE_TIMES) -> list[dict[str, str]]:
-    """When a job fires next, in UTC and in its time zone, each occurrence moved by the job's
-    jitter as the beat will fire it; none once it is finished."""
+    """When a job fires next, in UTC and in its time zone: a cron job's pending occurrence and
+    the ones after it, each moved by the job's jitter as the beat will fire it; none once it is
+    finished."""
     if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
         return []
     if job.cron_expression:
         try:
             schedule = parse_cron(job.cron_expression, job.timezone)
-            now = now_ms()
-            # From a jitter before now: an occurrence just past may fire after now.
-            occurrences = schedule.fire_times_ms(now - job.jitter_ms, count + 1)
         except InvalidSchedule:  # a row written by hand; the API never stores one
             return []
-        fired = (jittered_ms(str(job.job_id), ms, job.jitter_ms) for ms in occurrences)
-        times = [ms for ms in fired if ms >= now][:count]
+        if job.next_run_at is not None:
+            # The pending occurrence (what the timer holds) first: its cron time is the one
+            # within the jitter before it (a jitter is shorter than the schedule's gaps).
+            after = datetime_to_ms(job.next_run_at) - job.jitter_ms - 1
+        else:
+            after = now_ms()
+        times = [jittered_ms(str(job.job_id), ms, job.jitter_ms)
+                 for ms in schedule.fire_times_ms(after, count)]
     elif job.next_run_at is not None:
         times = [datetime_to_ms(job.next_run_at)]
     else:

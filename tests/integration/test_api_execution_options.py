@@ -188,7 +188,8 @@ def test_a_jittered_cron_job_shows_the_fire_times_the_beat_will_use(
     tenant_api, django_capture_on_commit_callbacks
 ):
     """Each shown time is its occurrence moved by the job's jitter, the first one the pending
-    occurrence the timer holds: not the bare cron times, up to the jitter early."""
+    occurrence the timer holds: not the bare cron times, up to the jitter early, and not an
+    occurrence from before the job was created that the jitter would put after now."""
     from datetime import datetime
 
     from scheduler.cron import parse_cron
