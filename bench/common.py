@@ -99,6 +99,8 @@ def queue_depth(queue: str) -> int:
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+# The RabbitMQ node's processes: the Erlang VM and its helper.
+RABBITMQ_PROCESSES = ("beam.smp", "erl_child_setup")
 
 
 def cpu_by_role(
@@ -121,7 +123,7 @@ def cpu_by_role(
         role = ("worker" if pid in workers else "beat" if pid in beats
                 else "bench" if pid == os.getpid()
                 else "postgresql" if name.startswith("postgres")
-                else "rabbitmq" if name in ("beam.smp", "erl_child_setup")
+                else "rabbitmq" if name in RABBITMQ_PROCESSES
                 else "redis" if name.startswith("redis-server")
                 else "search" if name == "java" else None)
         if role:
@@ -134,11 +136,11 @@ def cpu_by_role(
 
 
 def rabbitmq_pids() -> list[int]:
-    """The processes of the RabbitMQ node (the Erlang VM and its helper)."""
+    """The pids of the RabbitMQ node's processes."""
     pids = []
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
-            if comm.read_text().strip() in ("beam.smp", "erl_child_setup"):
+            if comm.read_text().strip() in RABBITMQ_PROCESSES:
                 pids.append(int(comm.parent.name))
         except OSError:
             continue

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from django.db.models import QuerySet
+
 from bench.common import cpu_by_role, processes_on_cpus, queue_depth, rabbitmq_pids
 from bench.platform import bench_platform, lateness_report
 from chronoadmin.processes import wait_until
@@ -75,23 +77,28 @@ def run(argv: list[str]) -> dict[str, object]:
         pids = {"beat_pids": [b.pid for b in platform.beats.values()],
                 "worker_pid": platform.worker.pid if platform.worker else None}
         field = "dispatched_at" if args.no_worker else "started_at"
+
+        def scheduled(jobs: int) -> tuple[int, QuerySet]:
+            """``jobs`` more at ``--rate``: their first fire time and their executions."""
+            first_ms = platform.schedule_steady(jobs, args.rate)
+            return first_ms, platform.executions.filter(
+                scheduled_for__gte=ms_to_datetime(first_ms))
+
+        def all_done(executions: QuerySet, jobs: int) -> bool:
+            return executions.filter(**{f"{field}__isnull": False}).count() >= jobs
+
         warmup = None
         if args.warmup:
-            warmup_from = ms_to_datetime(platform.schedule_steady(args.warmup, args.rate))
-            wait_until(lambda: platform.executions.filter(**{f"{field}__isnull": False})
-                       .count() >= args.warmup, timeout_s=args.timeout, interval_s=0.5)
-            warmup = lateness_report(platform.executions.filter(scheduled_for__gte=warmup_from),
-                                     with_start=not args.no_worker, by_second=True)
-        first_fire_ms = platform.schedule_steady(args.jobs, args.rate)
-        measured = platform.executions.filter(scheduled_for__gte=ms_to_datetime(first_fire_ms))
+            _, warming = scheduled(args.warmup)
+            wait_until(lambda: all_done(warming, args.warmup), timeout_s=args.timeout,
+                       interval_s=0.5)
+            warmup = lateness_report(warming, with_start=not args.no_worker, by_second=True)
+        first_fire_ms, measured = scheduled(args.jobs)
         # From the first fire time: what dispatching (and running) costs, not scheduling.
         wait_until(lambda: now_ms() >= first_fire_ms, timeout_s=60, interval_s=0.01)
         before = cpu_by_role(**pids)
-        done = wait_until(
-            lambda: measured.filter(**{f"{field}__isnull": False}).count() >= args.jobs,
-            timeout_s=args.timeout + args.jobs / args.rate,
-            interval_s=1.0,
-        )
+        done = wait_until(lambda: all_done(measured, args.jobs),
+                          timeout_s=args.timeout + args.jobs / args.rate, interval_s=1.0)
         after = cpu_by_role(**pids)
         report = lateness_report(measured, with_start=not args.no_worker, by_second=True)
         # With no consumer every publish is still in the queue; with a worker, duplicates are

@@ -240,11 +240,6 @@ class Publisher:
         while self._unconfirmed and self._unconfirmed[0].settled:
             self._unconfirmed.popleft()
 
-    @property
-    def unconfirmed(self) -> int:
-        """Messages sent whose confirm has not come yet."""
-        return sum(len(c.waiting) for c in self._unconfirmed)
-
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
         for confirmation in self._unconfirmed:

@@ -8,12 +8,8 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
 from bench.common import processes_on_cpus
 from bench.dispatch import _pinning
-
-pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 
 
 def test_pinning_splits_the_dispatch_path_from_the_worker():
