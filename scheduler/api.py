@@ -28,6 +28,7 @@ from scheduler.misfire import (
     MisfireRule,
     jitter_room_ms,
     jittered_ms,
+    jittered_occurrence_ms,
     plan_occurrences,
 )
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy
@@ -549,11 +550,10 @@ def _rejitter(job: Job, jitter_ms: int) -> list[str]:
     old_jitter, job.jitter_ms = job.jitter_ms, jitter_ms
     if job.status != JobStatus.ACTIVE or job.next_run_at is None:
         return ["jitter_ms"]
-    # The occurrence waiting now is the fire time the old spread delayed into next_run_at: the
-    # first one after next_run_at - old_jitter (a smaller gap than the jitter is refused).
-    pending_ms = datetime_to_ms(job.next_run_at)
-    occurrence_ms = schedule.next_fire_ms(pending_ms - old_jitter - 1)
-    if jittered_ms(str(job.job_id), occurrence_ms, old_jitter) != pending_ms:
+    # The occurrence waiting now is the fire time the old spread delayed into next_run_at.
+    occurrence_ms = jittered_occurrence_ms(str(job.job_id), schedule,
+                                           datetime_to_ms(job.next_run_at), old_jitter)
+    if occurrence_ms is None:
         # Not a regular occurrence (a trigger, an overlap re-check): it keeps its time, and
         # the new spread applies from the next occurrence.
         return ["jitter_ms"]

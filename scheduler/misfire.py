@@ -101,6 +101,16 @@ def jittered_ms(job_id: str, occurrence_ms: int, jitter_ms: int) -> int:
     return occurrence_ms + int.from_bytes(digest, "big") % jitter_ms
 
 
+def jittered_occurrence_ms(
+    job_id: str, schedule: CronSchedule, pending_ms: int, jitter_ms: int
+) -> int | None:
+    """The occurrence of ``schedule`` that the jitter delayed into ``pending_ms``: the first
+    one after ``pending_ms - jitter_ms`` (a jitter is below the schedule's gaps). None when
+    ``pending_ms`` is not one: a time of its own, such as a trigger's."""
+    occurrence_ms = schedule.next_fire_ms(pending_ms - jitter_ms - 1)
+    return occurrence_ms if jittered_ms(job_id, occurrence_ms, jitter_ms) == pending_ms else None
+
+
 # A jitter is checked against this many coming occurrences (an irregular schedule such as
 # "0 9,10 * * *" has a short gap after a long one).
 JITTER_OCCURRENCES_CHECKED = 10

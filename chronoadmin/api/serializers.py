@@ -36,7 +36,7 @@ from reaper.models import Worker
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import format_fire_time, parse_cron
 from scheduler.errors import InvalidSchedule
-from scheduler.misfire import jittered_ms
+from scheduler.misfire import jittered_ms, jittered_occurrence_ms
 from scheduler.models import Execution, Job, JobStatus, MisfirePolicyChoice, OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
 
@@ -251,14 +251,19 @@ def next_fire_times(job: Job, *, count: int = NEXT_FIRE_TIMES) -> list[dict[str,
             schedule = parse_cron(job.cron_expression, job.timezone)
         except InvalidSchedule:  # a row written by hand; the API never stores one
             return []
+        # The pending occurrence (what the timer holds) first, then the schedule after it.
+        first: list[int] = []
+        after = now_ms()
         if job.next_run_at is not None:
-            # The pending occurrence (what the timer holds) first: its cron time is the one
-            # within the jitter before it (a jitter is shorter than the schedule's gaps).
-            after = datetime_to_ms(job.next_run_at) - job.jitter_ms - 1
-        else:
-            after = now_ms()
-        times = [jittered_ms(str(job.job_id), ms, job.jitter_ms)
-                 for ms in schedule.fire_times_ms(after, count)]
+            pending_ms = datetime_to_ms(job.next_run_at)
+            occurrence_ms = jittered_occurrence_ms(str(job.job_id), schedule, pending_ms,
+                                                   job.jitter_ms)
+            if occurrence_ms is None:  # a time of its own (a trigger): shown as it is
+                first, after = [pending_ms], pending_ms
+            else:
+                after = occurrence_ms - 1
+        times = first + [jittered_ms(str(job.job_id), ms, job.jitter_ms)
+                         for ms in schedule.fire_times_ms(after, count - len(first))]
     elif job.next_run_at is not None:
         times = [datetime_to_ms(job.next_run_at)]
     else:

@@ -204,6 +204,25 @@ def test_a_jittered_cron_job_shows_the_fire_times_the_beat_will_use(
     assert shown[0] == timer_store().fire_time_of(job_id)
 
 
+def test_a_triggered_cron_job_shows_the_trigger_first_then_its_schedule(
+    tenant_api, django_capture_on_commit_callbacks
+):
+    from datetime import datetime
+
+    from scheduler import api
+    from scheduler.cron import parse_cron
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job_id = create(tenant_api, CRON | {"jitter_ms": 250_000})["job_id"]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.trigger(job_id, tenant=tenant_api.tenant)
+    shown = [datetime_to_ms(datetime.fromisoformat(t["utc"].replace("Z", "+00:00")))
+             for t in tenant_api.get(f"{JOBS}{job_id}/").json()["next_fire_times"]]
+    assert shown[0] == timer_store().fire_time_of(job_id)
+    after = parse_cron("*/5 * * * *", "UTC").fire_times_ms(shown[0], 4)
+    assert shown[1:] == [jittered_ms(job_id, ms, 250_000) for ms in after]
+
+
 def test_a_jittered_cron_job_from_bulk_fires_within_its_spread(tenant_api):
     single = create(tenant_api, CRON)
     response = tenant_api.post_json(BULK, [CRON | {"jitter_ms": 250_000}])
