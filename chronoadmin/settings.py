@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "chronoadmin.apps.ChronoAdminConfig",
     "scheduler.apps.SchedulerConfig",
     "reaper.apps.ReaperConfig",
@@ -35,6 +36,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "chronoadmin.middleware.RequestIdMiddleware",
+    # Static files (the admin's stylesheets, Swagger UI) served by the web process itself, with
+    # compression and far-future caching, so `chrono web` needs no separate file server.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -73,6 +78,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".chrono" / "static"
+# Development and the demo serve static files straight from the apps (no collectstatic step);
+# production settings serve the collected, fingerprinted copies instead.
+WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -93,6 +101,10 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Chrono API",
     "DESCRIPTION": "Schedule one-time and cron jobs for Celery workers. See docs/api.md.",
     "VERSION": "1",
+    # Swagger UI and ReDoc from the bundled sidecar package: no CDN, works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
@@ -110,7 +122,27 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"chrono": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    "filters": {"request_id": {"()": "chronoadmin.middleware.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "request": {
+            "format": "%(asctime)s %(levelname)s %(name)s [request %(request_id)s]: %(message)s"
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "request_console": {
+            "class": "logging.StreamHandler",
+            "formatter": "request",
+            "filters": ["request_id"],
+        },
+    },
+    "loggers": {
+        "chrono": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # Django sends a 500's traceback only to mail_admins when DEBUG is off; Chrono logs it
+        # (with the request id the response carries) where the process's other logs go.
+        "django.request": {
+            "handlers": ["request_console"], "level": "ERROR", "propagate": False,
+        },
+    },
 }

@@ -1,10 +1,15 @@
-"""URL map of the web process: the admin (with the live dashboard), the REST API and its schema."""
+"""URL map of the web process: the admin (with the live dashboard), the REST API, its schema
+and its documentation pages (Swagger UI, ReDoc), and the pages for errors no view answers."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerView,
+)
 
 from chronoadmin.dashboard import dashboard_view, health_view
 from search.api import AuditSearchView
@@ -19,4 +24,8 @@ urlpatterns = [
     path("api/v1/", include("chronoadmin.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
 ]
+
+handler404 = "chronoadmin.error_pages.not_found"
+handler500 = "chronoadmin.error_pages.server_error"
