@@ -102,6 +102,42 @@ def end_attempt(
     return Outcome(execution_id, status, row[0], retry_at, delay_ms)
 
 
+UNREGISTERED_TASK_ERROR_TYPE = "celery.exceptions.NotRegistered"
+
+
+def unregistered_task_error(task_name: str, worker_id: str) -> str:
+    return (f"NotRegistered: task {task_name!r} is not registered on worker {worker_id}: import "
+            "its module in that worker (chrono worker --include MODULE, or the app's imports), "
+            "or route the job to a queue whose workers have it")
+
+
+def fail_unregistered_task(
+    execution_id: str, *, attempt: int, task_name: str, worker_id: str
+) -> bool:
+    """End a delivered attempt whose task the receiving worker does not know: FAILED, not
+    retried, since every worker of a deployment's queue runs the same code and would refuse it
+    again. The message can arrive before the beat's recorder marked the execution DISPATCHED,
+    so SCHEDULED is accepted too, as a start is. False when the execution had moved on at that
+    attempt (cancelled meanwhile, or a redelivery of a message already handled)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT fencing_token, status FROM chrono_execution WHERE execution_id = %s "
+            "AND status IN ('SCHEDULED', 'DISPATCHED') AND attempt = %s",
+            [uuid.UUID(execution_id), attempt],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    fencing_token, status = row
+    outcome = end_attempt(
+        execution_id, fencing_token=fencing_token, from_status=status, attempt=attempt,
+        policy=RetryPolicy(max_attempts=1), error=unregistered_task_error(task_name, worker_id),
+        error_type=UNREGISTERED_TASK_ERROR_TYPE, reason_prefix="task not registered on worker",
+        actor=f"worker:{worker_id}",
+    )
+    return outcome is not None
+
+
 def send_attempt(
     message: TaskMessage, outcome: Outcome, *, publisher: Publisher, store: TimerStore
 ) -> str:

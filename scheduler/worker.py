@@ -23,11 +23,17 @@ from typing import TypeVar
 
 from celery import Task
 from celery.exceptions import Reject, SoftTimeLimitExceeded
+from celery.signals import task_unknown
 from django.db import DatabaseError, connection
 
 from chronoadmin.config import get_config
 from reaper.leases import lease_keeper
-from scheduler.attempts import end_attempt, next_attempt_message, send_attempt
+from scheduler.attempts import (
+    end_attempt,
+    fail_unregistered_task,
+    next_attempt_message,
+    send_attempt,
+)
 from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import now_ms
@@ -181,3 +187,34 @@ class ChronoTask(Task):
             soft_timeout_ms=None if soft is None else int(soft * 1000),
             hard_timeout_ms=None if hard is None else int(hard * 1000),
         )
+
+
+@task_unknown.connect
+def _fail_unregistered_task(sender: object = None, message: object = None, name: str = "",
+                            **_: object) -> None:
+    """A Chrono message whose task this worker does not know ends FAILED, naming the task and
+    the worker. Celery itself only logs it and drops the message, which left the execution
+    DISPATCHED for ever with no reason anywhere a user looks.
+
+    Connected when this module is imported, which every worker running Chrono's tasks does
+    (``ChronoTask`` is its task class), and run by the consumer that received the message."""
+    headers = getattr(message, "headers", None) or {}
+    execution_id = headers.get("chrono_execution_id")
+    if not execution_id:
+        return
+    worker_id = getattr(sender, "hostname", None) or "unknown"
+    try:
+        ended = _retrying(lambda: fail_unregistered_task(
+            str(execution_id), attempt=int(headers.get("chrono_attempt") or 1),
+            task_name=name, worker_id=worker_id,
+        ))
+    except DatabaseError as exc:
+        log.error("could not record that task %r of execution %s is not registered here: %r",
+                  name, execution_id, exc)
+        return
+    if ended:
+        log.error("execution %s FAILED: task %r is not registered on this worker (%s)",
+                  execution_id, name, worker_id)
+    else:
+        log.warning("task %r of execution %s is not registered here; the execution had "
+                    "already moved on, nothing recorded", name, execution_id)
