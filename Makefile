@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install services migrate demo test lint unit clean-venv
+.PHONY: install services migrate demo test lint unit browser-tools clean-venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -32,7 +32,13 @@ lint: install
 unit: install
 	$(BIN)/python -m pytest tests/unit -q
 
-test: services lint
+# Debian's Chromium and its driver, for the browser tests (tests/browser).
+browser-tools:
+	@dpkg-query -W -f='$${db:Status-Abbrev}' chromium chromium-driver 2>/dev/null | grep -q '^ii ii' \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends chromium chromium-driver; }
+
+test: services lint browser-tools
 	$(BIN)/python -m pytest
 
 clean-venv:

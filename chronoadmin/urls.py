@@ -11,12 +11,14 @@ from drf_spectacular.views import (
     SpectacularSwaggerView,
 )
 
-from chronoadmin.dashboard import dashboard_view, health_view
+from chronoadmin.dashboard import dashboard_data_view, dashboard_view, health_view
 from search.api import AuditSearchView
 from search.views import audit_admin_view
 
 urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="chrono-dashboard"),
+    path("admin/dashboard/data/", admin.site.admin_view(dashboard_data_view),
+         name="chrono-dashboard-data"),
     path("admin/audit/", admin.site.admin_view(audit_admin_view), name="chrono-audit"),
     path("admin/", admin.site.urls),
     path("health/", health_view, name="chrono-health"),

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import redis
 from django.db import DatabaseError, close_old_connections
 
-from scheduler import occurrences
+from scheduler import occurrences, rollups
 from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
 from scheduler.ownership import ShardOwnership
 from scheduler.timers import ClaimedTimer, TimerStore, execution_id_for
@@ -327,6 +327,11 @@ class Recorder(threading.Thread):
                     advances=[(job.job_id, t.fire_at_ms, nxt, confirmed_ms)
                               for confirmed_ms, (t, job, _, nxt) in fired],
                 )
+            counted = rollups.recorder()
+            for confirmed_ms, (_, job, fire_ms_list, _) in fired:
+                for fire_ms in fire_ms_list:
+                    counted.note_dispatched(confirmed_ms, job.tenant_id, job.job_type,
+                                            confirmed_ms - fire_ms)
         for leases, acks in _ack_runs(batches, advanced):
             with self.counters.timed("ack"):
                 fenced = self.store.ack(leases, acks)

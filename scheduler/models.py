@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
 
@@ -245,3 +246,35 @@ class Execution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id} [{self.status}]"
+
+
+class ExecutionRollup(models.Model):
+    """Per-minute counters of one tenant's task, kept by the processes that do the work
+    (:mod:`scheduler.rollups`); the dashboard reads these, never a count of executions.
+    ``tenant_id`` is :data:`scheduler.rollups.ALL_TENANTS` for the platform-wide sums.
+    Histogram columns hold one count per bucket of ``rollups.BUCKET_BOUNDS_MS``."""
+
+    id = models.BigAutoField(primary_key=True)
+    minute = models.DateTimeField()
+    tenant_id = models.UUIDField()
+    task = models.CharField(max_length=200)
+    dispatched = models.IntegerField(default=0)
+    started = models.IntegerField(default=0)
+    succeeded = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    duration_sum_ms = models.BigIntegerField(default=0)
+    dispatch_lateness = ArrayField(models.IntegerField())
+    start_lateness = ArrayField(models.IntegerField())
+    duration = ArrayField(models.IntegerField())
+
+    class Meta:
+        db_table = "chrono_execution_rollup"
+        constraints = [
+            # Leading with the tenant: the dashboard reads one tenant's (or all tenants')
+            # rows of the last hour, a range of this index.
+            models.UniqueConstraint(fields=["tenant_id", "minute", "task"],
+                                    name="execution_rollup_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.task}"

@@ -28,6 +28,7 @@ from django.db import DatabaseError, connection
 
 from chronoadmin.config import get_config
 from reaper.leases import lease_keeper
+from scheduler import rollups
 from scheduler.attempts import (
     end_attempt,
     fail_unregistered_task,
@@ -113,17 +114,26 @@ class ChronoTask(Task):
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             return None
+        counted = rollups.recorder()
+        tenant_id = str(getattr(self.request, "chrono_tenant_id", "") or rollups.ALL_TENANTS)
+        fire_ms = int(getattr(self.request, "chrono_fire_ms", 0) or request.at_ms)
+        counted.note_started(request.at_ms, tenant_id, self.name, request.at_ms - fire_ms)
         keeper = lease_keeper()
         keeper.hold(execution_id, started.fencing_token)
         try:
             result = super().__call__(*args, **kwargs)
         except Exception as exc:
             keeper.release(execution_id)
+            failed_ms = now_ms()
+            counted.note_finished(failed_ms, tenant_id, self.name, succeeded=False,
+                                  duration_ms=failed_ms - request.at_ms)
             self._after_failure(started, exc)
             raise
         keeper.release(execution_id)
         finish = FinishRequest(started, ExecutionStatus.SUCCEEDED, result=result, exit_code=0,
                                at_ms=now_ms())
+        counted.note_finished(finish.at_ms, tenant_id, self.name, succeeded=True,
+                              duration_ms=finish.at_ms - request.at_ms)
         try:
             recorded = _retrying(lambda: _finishes.submit(finish))
         except DatabaseError as exc:

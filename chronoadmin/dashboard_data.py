@@ -1,0 +1,181 @@
+"""What the live dashboard shows, as one JSON-ready dict, read from the per-minute rollups
+(:mod:`scheduler.rollups`), Redis and a few small indexed queries — never a count or scan of the
+executions table, which grows by millions of rows a day.
+
+Every query here is bounded: the rollups of the last hour of one tenant (or of the platform-wide
+rows), the running executions (at most the workers' concurrency, through the partial index on
+RUNNING), overdue retries and expired leases (partial indexes), the workers table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+import redis
+from django.db import connection
+from django.db.models import Count
+from django.utils import timezone
+
+from reaper.models import Worker
+from scheduler.api import timer_store
+from scheduler.models import Execution, ExecutionStatus, Job
+from scheduler.rollups import ALL_TENANTS, quantile_ms
+
+WINDOW_MINUTES = 60
+TOP_TASKS = 20
+TOP_FAILING = 10
+MAX_WORKERS = 100
+
+
+@dataclass(frozen=True)
+class MinutePoint:
+    """One minute of the charts."""
+
+    minute: str
+    dispatched: int
+    started: int
+    succeeded: int
+    failed: int
+    dispatch_p50_ms: float | None
+    dispatch_p99_ms: float | None
+    start_p50_ms: float | None
+    start_p99_ms: float | None
+
+
+_SERIES_SQL = """
+SELECT minute, sum(dispatched), sum(started), sum(succeeded), sum(failed),
+       chrono_sum_int_arrays(dispatch_lateness), chrono_sum_int_arrays(start_lateness)
+FROM chrono_execution_rollup
+WHERE tenant_id = %s AND minute >= %s
+GROUP BY minute ORDER BY minute
+"""
+
+_TASKS_SQL = """
+SELECT task, sum(succeeded), sum(failed), sum(duration_sum_ms), chrono_sum_int_arrays(duration)
+FROM chrono_execution_rollup
+WHERE tenant_id = %s AND minute >= %s
+GROUP BY task
+"""
+
+
+def _minutes(now: datetime) -> list[datetime]:
+    last = now.replace(second=0, microsecond=0)
+    return [last - timedelta(minutes=n) for n in range(WINDOW_MINUTES - 1, -1, -1)]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def minute_series(tenant_id: str, now: datetime) -> list[dict]:
+    """Counts and lateness percentiles of each of the last 60 minutes (zeros where nothing
+    happened, so the charts' time axis has no holes)."""
+    minutes = _minutes(now)
+    with connection.cursor() as cursor:
+        cursor.execute(_SERIES_SQL, [tenant_id, minutes[0]])
+        rows = {row[0]: row for row in cursor.fetchall()}
+    points = []
+    for minute in minutes:
+        row = rows.get(minute)
+        counts = (0, 0, 0, 0) if row is None else tuple(int(v or 0) for v in row[1:5])
+        dispatch = row[5] if row else None
+        start = row[6] if row else None
+        points.append(asdict(MinutePoint(
+            minute.isoformat(), *counts,
+            _round(dispatch and quantile_ms(dispatch, 0.5)),
+            _round(dispatch and quantile_ms(dispatch, 0.99)),
+            _round(start and quantile_ms(start, 0.5)),
+            _round(start and quantile_ms(start, 0.99)),
+        )))
+    return points
+
+
+def task_table(tenant_id: str, now: datetime) -> list[dict]:
+    """Per task over the last hour: runs, failures, failure rate, duration p50/p95 and mean."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TASKS_SQL, [tenant_id, _minutes(now)[0]])
+        rows = cursor.fetchall()
+    tasks = []
+    for task, succeeded, failed, duration_sum, durations in rows:
+        finished = int(succeeded) + int(failed)
+        if not finished:
+            continue
+        tasks.append({
+            "task": task,
+            "succeeded": int(succeeded),
+            "failed": int(failed),
+            "failure_rate": round(int(failed) / finished, 4),
+            "duration_p50_ms": _round(quantile_ms(durations, 0.5)),
+            "duration_p95_ms": _round(quantile_ms(durations, 0.95)),
+            "duration_mean_ms": round(int(duration_sum) / finished, 1),
+        })
+    return sorted(tasks, key=lambda t: -(t["succeeded"] + t["failed"]))
+
+
+def workers(now: datetime, heartbeat_interval_s: float) -> list[dict]:
+    """Workers that heartbeated in the last hour, with what each is running now."""
+    running = dict(
+        Execution.objects.filter(status=ExecutionStatus.RUNNING)
+        .values_list("worker_id").annotate(n=Count("execution_id")).order_by()
+    )
+    recent = Worker.objects.filter(last_heartbeat_at__gte=now - timedelta(hours=1))
+    return [
+        {
+            "worker_id": w.worker_id,
+            "queues": w.queue_name,
+            "hostname": w.hostname,
+            "heartbeat_age_s": round((now - w.last_heartbeat_at).total_seconds(), 1),
+            "healthy": w.is_healthy
+            and (now - w.last_heartbeat_at).total_seconds() < 3 * heartbeat_interval_s,
+            "running": running.get(w.worker_id, 0),
+        }
+        for w in recent.order_by("-last_heartbeat_at")[:MAX_WORKERS]
+    ]
+
+
+def stuck_work(now: datetime, tenant_id: str | None) -> dict:
+    """Work that should have moved and has not: running executions whose lease expired (the
+    reaper has not caught up) and retries overdue by a minute (their sender died)."""
+    executions = Execution.objects.all()
+    if tenant_id is not None:
+        executions = executions.filter(tenant_id=tenant_id)
+    return {
+        "lease_expired": executions.filter(status=ExecutionStatus.RUNNING,
+                                           lease_expires_at__lt=now).count(),
+        "retry_overdue": executions.filter(status=ExecutionStatus.RETRY_WAIT,
+                                           retry_at__lt=now - timedelta(minutes=1)).count(),
+    }
+
+
+def jobs_by_status(tenant_id: str | None) -> dict[str, int]:
+    jobs = Job.objects.all() if tenant_id is None else Job.objects.filter(tenant_id=tenant_id)
+    return dict(jobs.values_list("status").annotate(n=Count("job_id")).order_by())
+
+
+def pending_timers() -> int | None:
+    try:
+        return timer_store().pending_count()
+    except redis.RedisError:
+        return None
+
+
+def dashboard_data(*, tenant_id: str | None, heartbeat_interval_s: float,
+                   now: datetime | None = None) -> dict:
+    """Everything the dashboard draws; ``tenant_id`` None is the whole platform."""
+    now = now or timezone.now()
+    rollup_tenant = tenant_id or ALL_TENANTS
+    tasks = task_table(rollup_tenant, now)
+    return {
+        "generated_at": now.isoformat(),
+        "window_minutes": WINDOW_MINUTES,
+        "series": minute_series(rollup_tenant, now),
+        "tasks": tasks[:TOP_TASKS],
+        "top_failing": sorted((t for t in tasks if t["failed"]),
+                              key=lambda t: -t["failed"])[:TOP_FAILING],
+        "jobs_by_status": jobs_by_status(tenant_id),
+        "stuck": stuck_work(now, tenant_id),
+        # Platform-wide facts: shared workers and one timer store serve every tenant.
+        "workers": workers(now, heartbeat_interval_s) if tenant_id is None else [],
+        "timers_pending": pending_timers() if tenant_id is None else None,
+    }

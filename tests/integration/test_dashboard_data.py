@@ -1,0 +1,84 @@
+"""The dashboard's figures come from the rollups the processes write, per tenant and for the
+platform, and its JSON endpoint is for staff only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.cache import cache
+
+from chronoadmin.dashboard_data import dashboard_data
+from scheduler import rollups
+from scheduler.clock import datetime_to_ms
+from scheduler.models import ExecutionRollup
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 12, 1, 12, 30, 15, tzinfo=UTC)
+
+
+def _counted(tenant_id: str, at: datetime, *, task: str = "billing.charge", n: int = 1,
+             failed: int = 0, start_lateness_ms: int = 4, duration_ms: int = 120) -> None:
+    acc = rollups.Accumulator()
+    at_ms = datetime_to_ms(at)
+    for i in range(n):
+        acc.note_dispatched(at_ms, tenant_id, task, lateness_ms=2)
+        acc.note_started(at_ms, tenant_id, task, lateness_ms=start_lateness_ms)
+        acc.note_finished(at_ms, tenant_id, task, succeeded=i >= failed, duration_ms=duration_ms)
+    rollups.write_counts(acc.drain())
+
+
+def test_upserts_from_several_processes_add_up(tenant):
+    _counted(str(tenant.tenant_id), NOW, n=3)
+    _counted(str(tenant.tenant_id), NOW, n=2, failed=1)
+    row = ExecutionRollup.objects.get(tenant_id=tenant.tenant_id)
+    assert (row.dispatched, row.started, row.succeeded, row.failed) == (5, 5, 4, 1)
+    assert sum(row.duration) == 5
+    assert row.duration_sum_ms == 600
+    total = ExecutionRollup.objects.get(tenant_id=rollups.ALL_TENANTS)
+    assert total.dispatched == 5
+
+
+def test_series_covers_the_hour_minute_by_minute_with_percentiles(tenant, other_tenant):
+    _counted(str(tenant.tenant_id), NOW - timedelta(minutes=2), n=10, start_lateness_ms=30)
+    _counted(str(other_tenant.tenant_id), NOW, n=4, failed=4, task="reports.nightly")
+    _counted(str(tenant.tenant_id), NOW - timedelta(hours=2), n=50)  # outside the window
+    data = dashboard_data(tenant_id=None, heartbeat_interval_s=5, now=NOW)
+    series = data["series"]
+    assert len(series) == 60
+    assert series[-1]["minute"] == "2026-12-01T12:30:00+00:00"
+    assert series[-3]["dispatched"] == 10 and series[-1]["failed"] == 4
+    assert 20 <= series[-3]["start_p99_ms"] <= 50
+    assert sum(p["dispatched"] for p in series) == 14
+    assert series[0]["start_p50_ms"] is None
+    assert [t["task"] for t in data["top_failing"]] == ["reports.nightly"]
+    assert {t["task"] for t in data["tasks"]} == {"billing.charge", "reports.nightly"}
+
+
+def test_a_tenant_view_holds_only_that_tenants_counts(tenant, other_tenant):
+    _counted(str(tenant.tenant_id), NOW, n=3)
+    _counted(str(other_tenant.tenant_id), NOW, n=7, task="reports.nightly")
+    data = dashboard_data(tenant_id=str(tenant.tenant_id), heartbeat_interval_s=5, now=NOW)
+    assert sum(p["dispatched"] for p in data["series"]) == 3
+    assert [t["task"] for t in data["tasks"]] == ["billing.charge"]
+    assert data["workers"] == [] and data["timers_pending"] is None
+
+
+def test_the_data_endpoint_is_for_staff_and_filters_by_tenant_slug(client, admin_client, tenant):
+    cache.clear()
+    assert client.get("/admin/dashboard/data/").status_code == 302  # to the login page
+    _counted(str(tenant.tenant_id), datetime.now(UTC), n=2)
+    answer = admin_client.get("/admin/dashboard/data/?tenant=acme")
+    assert answer.status_code == 200
+    assert answer.json()["tenant"] == "acme"
+    assert sum(p["dispatched"] for p in answer.json()["series"]) == 2
+    missing = admin_client.get("/admin/dashboard/data/?tenant=nobody")
+    assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
+
+
+def test_the_dashboard_page_has_the_admin_header_and_one_heading(admin_client):
+    page = admin_client.get("/admin/dashboard/").content.decode()
+    assert "Django administration" not in page
+    assert page.count("Live dashboard</h1>") == 1
+    assert "chart.umd.min.js" in page
