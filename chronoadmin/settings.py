@@ -75,6 +75,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
+FORMAT_MODULE_PATH = ["chronoadmin.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".chrono" / "static"

@@ -13,12 +13,37 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.contrib import admin, messages
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.views.decorators.http import require_POST
 
 from scheduler import api
 from scheduler.errors import JobNotFound, SchedulerError
-from scheduler.models import Execution, Job
+from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
+from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
+from search.api import SearchEngineUnavailable, run_search
+from search.queries import InvalidAuditQuery, parse_audit_query
+
+FIRE_TIMES_SHOWN = 10
+EXECUTIONS_PER_PAGE = 20
+LEDGER_SHOWN = 20
+HISTORY_SHOWN = 25
+# The job-page buttons: the api call of each, and the statuses in which it applies.
+JOB_ACTIONS: dict[str, tuple[str, Callable[..., bool], tuple[str, ...]]] = {
+    "pause": ("Pause", api.pause, (JobStatus.ACTIVE,)),
+    "resume": ("Resume", api.resume, (JobStatus.PAUSED,)),
+    "trigger": ("Run now", api.trigger, (JobStatus.ACTIVE, JobStatus.PAUSED)),
+    "cancel": ("Cancel", api.cancel, (JobStatus.ACTIVE, JobStatus.PAUSED)),
+}
+
+
+def duration_ms(start, end) -> int | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds() * 1000)
 
 
 def _job_action(
@@ -65,11 +90,50 @@ class JobAdmin(admin.ModelAdmin):
         _job_action("cancel_jobs", "Cancelled", api.cancel),
     )
 
+    change_form_template = "admin/scheduler/job/change_form.html"
+
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
         return [f.name for f in Job._meta.fields if f.name != "name"]
 
+    def get_urls(self):
+        return [
+            path("<uuid:job_id>/do/<str:action>/",
+                 self.admin_site.admin_view(require_POST(self.job_action_view)),
+                 name="scheduler_job_do"),
+            *super().get_urls(),
+        ]
+
+    def job_action_view(self, request: HttpRequest, job_id, action: str) -> HttpResponse:
+        """One button of the job page: the same :mod:`scheduler.api` call as the REST API's."""
+        job = get_object_or_404(Job, job_id=job_id)
+        if action not in JOB_ACTIONS or not self.has_change_permission(request, job):
+            return HttpResponse(status=403)
+        label, change, _ = JOB_ACTIONS[action]
+        try:
+            changed = change(job.job_id, tenant=job.tenant_id, by=f"user:{request.user}")
+        except SchedulerError as exc:
+            self.message_user(request, f"{label}: {exc}", messages.ERROR)
+        else:
+            self.message_user(request, f"{label}: done." if changed else
+                              f"{label}: nothing to do while the job is {job.status}.",
+                              messages.SUCCESS if changed else messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:scheduler_job_change", args=[job.job_id]))
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if job is not None:
+            context.update(job_page_context(request, job))
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        # A job's executions go with it (api.delete), although no one may delete one alone.
+        to_delete, model_count, _, protected = super().get_deleted_objects(objs, request)
+        return to_delete, model_count, set(), protected
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         api.delete(obj.job_id, tenant=obj.tenant_id)
@@ -82,15 +146,64 @@ class JobAdmin(admin.ModelAdmin):
                 continue  # deleted meanwhile
 
 
+def job_page_context(request: HttpRequest, job: Job) -> dict[str, object]:
+    """What the job page shows beyond its fields: buttons, next fire times, executions, the
+    ledger of skipped occurrences and the audit history."""
+    executions = Execution.objects.filter(job_id=job.job_id).order_by("-scheduled_for")
+    page = Paginator(executions, EXECUTIONS_PER_PAGE).get_page(request.GET.get("executions"))
+    for execution in page:
+        execution.duration_ms = duration_ms(execution.started_at, execution.finished_at)
+        execution.lateness_ms = duration_ms(execution.scheduled_for, execution.started_at)
+    return {
+        "job_actions": [(name, label) for name, (label, _, statuses) in JOB_ACTIONS.items()
+                        if job.status in statuses],
+        "fire_times": (fire_time_rows(upcoming_fire_ms(job, FIRE_TIMES_SHOWN), job.timezone)
+                       if job.status == JobStatus.ACTIVE else []),
+        "executions_page": page,
+        "ledger": list(executions.filter(status=ExecutionStatus.SKIPPED)[:LEDGER_SHOWN]),
+        **job_history(job),
+    }
+
+
+def job_history(job: Job) -> dict[str, object]:
+    """The job's audit events, newest first, from the search engine (``history_error`` says why
+    there are none when it did not answer)."""
+    try:
+        query = parse_audit_query({"job_id": str(job.job_id)}, tenant_id=str(job.tenant_id),
+                                  default_page_size=HISTORY_SHOWN, max_page_size=HISTORY_SHOWN)
+        documents = run_search(query).documents
+    except (SearchEngineUnavailable, InvalidAuditQuery) as exc:
+        return {"history": [], "history_error": str(getattr(exc, "detail", exc))}
+    return {"history": [
+        {"timestamp": d.get("@timestamp", ""), "action": d.get("event", {}).get("action", ""),
+         "actor": d.get("chrono", {}).get("actor", ""), "message": d.get("message", "")}
+        for d in documents
+    ], "history_error": ""}
+
+
+def with_ms(moment) -> str:
+    """A timestamp to the millisecond, UTC (Django's formats stop at the minute or print six
+    digits of microseconds)."""
+    return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
+    """Executions are written by the beat, the workers and the reaper: here they are read, never
+    changed, added or deleted (the page has no Save or Delete button)."""
+
+    change_form_template = "admin/scheduler/execution/change_form.html"
     list_display = (
-        "execution_id", "job", "status", "attempt", "worker_id", "scheduled_for", "started_at",
-        "finished_at", "start_lateness_ms",
+        "execution_id", "job", "status", "attempt", "worker_id", "scheduled_for_ms",
+        "started_at_ms", "finished_at_ms", "duration", "start_lateness_ms",
     )
     list_filter = ("status", "tenant")
     search_fields = ("execution_id", "job__job_id", "worker_id")
-    readonly_fields = [f.name for f in Execution._meta.fields]
+    fields = ("execution_id", "job", "tenant", "status", "reason", "attempt", "worker_id",
+              "scheduled_for_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms",
+              "duration", "start_lateness_ms", "lease_expires_at_ms", "retry_at_ms",
+              "fencing_token", "exit_code", "result", "error")
+    readonly_fields = fields
     list_select_related = ("job", "tenant")
     ordering = ("-scheduled_for",)
     show_full_result_count = False
@@ -98,8 +211,70 @@ class ExecutionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.display(description="start lateness (ms)")
-    def start_lateness_ms(self, execution: Execution) -> int | None:
-        if execution.started_at is None:
-            return None
-        return round((execution.started_at - execution.scheduled_for).total_seconds() * 1000)
+    def has_change_permission(self, request: HttpRequest, obj: Execution | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Execution | None = None) -> bool:
+        return False
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        execution = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if execution is not None:
+            context.update(execution_attempts(execution))
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    @admin.display(description="scheduled for", ordering="scheduled_for")
+    def scheduled_for_ms(self, execution: Execution) -> str:
+        return with_ms(execution.scheduled_for)
+
+    @admin.display(description="dispatched (confirmed) at")
+    def dispatched_at_ms(self, execution: Execution) -> str:
+        return with_ms(execution.dispatched_at)
+
+    @admin.display(description="started at", ordering="started_at")
+    def started_at_ms(self, execution: Execution) -> str:
+        return with_ms(execution.started_at)
+
+    @admin.display(description="finished at", ordering="finished_at")
+    def finished_at_ms(self, execution: Execution) -> str:
+        return with_ms(execution.finished_at)
+
+    @admin.display(description="lease expires at")
+    def lease_expires_at_ms(self, execution: Execution) -> str:
+        return with_ms(execution.lease_expires_at)
+
+    @admin.display(description="retry at")
+    def retry_at_ms(self, execution: Execution) -> str:
+        return with_ms(execution.retry_at)
+
+    @admin.display(description="duration")
+    def duration(self, execution: Execution) -> str:
+        ms = duration_ms(execution.started_at, execution.finished_at)
+        return "" if ms is None else f"{ms} ms"
+
+    @admin.display(description="start lateness")
+    def start_lateness_ms(self, execution: Execution) -> str:
+        ms = duration_ms(execution.scheduled_for, execution.started_at)
+        return "" if ms is None else f"{ms} ms"
+
+
+def execution_attempts(execution: Execution) -> dict[str, object]:
+    """The execution's audit events (every attempt's start, end and retry, with its worker),
+    oldest first, from the search engine."""
+    try:
+        query = parse_audit_query({"execution_id": str(execution.execution_id)},
+                                  tenant_id=str(execution.tenant_id),
+                                  default_page_size=HISTORY_SHOWN, max_page_size=HISTORY_SHOWN)
+        documents = run_search(query).documents
+    except (SearchEngineUnavailable, InvalidAuditQuery) as exc:
+        return {"attempts": [], "attempts_error": str(getattr(exc, "detail", exc))}
+    rows = [
+        {"timestamp": d.get("@timestamp", ""), "action": d.get("event", {}).get("action", ""),
+         "attempt": d.get("chrono", {}).get("attempt", ""),
+         "worker": d.get("chrono", {}).get("worker_id", ""),
+         "actor": d.get("chrono", {}).get("actor", ""), "message": d.get("message", "")}
+        for d in documents
+    ]
+    return {"attempts": sorted(rows, key=lambda r: r["timestamp"]), "attempts_error": ""}

@@ -33,11 +33,10 @@ from chronoadmin.api.validation import (
 from chronoadmin.config import get_config
 from chronoadmin.models import ApiKey, Tenant
 from reaper.models import Worker
-from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
-from scheduler.cron import format_fire_time, parse_cron
-from scheduler.errors import InvalidSchedule
-from scheduler.misfire import jittered_ms, jittered_occurrence_ms
-from scheduler.models import Execution, Job, JobStatus, MisfirePolicyChoice, OverlapPolicy
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.cron import format_fire_time
+from scheduler.fire_times import upcoming_fire_ms
+from scheduler.models import Execution, Job, MisfirePolicyChoice, OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
 
 NEXT_FIRE_TIMES = 5
@@ -241,34 +240,9 @@ def utc_iso(fire_ms: int) -> str:
 
 
 def next_fire_times(job: Job, *, count: int = NEXT_FIRE_TIMES) -> list[dict[str, str]]:
-    """When a job fires next, in UTC and in its time zone: a cron job's pending occurrence and
-    the ones after it, each moved by the job's jitter as the beat will fire it; none once it is
-    finished."""
-    if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
-        return []
-    if job.cron_expression:
-        try:
-            schedule = parse_cron(job.cron_expression, job.timezone)
-        except InvalidSchedule:  # a row written by hand; the API never stores one
-            return []
-        # The pending occurrence (what the timer holds) first, then the schedule after it.
-        first: list[int] = []
-        after = now_ms()
-        if job.next_run_at is not None:
-            pending_ms = datetime_to_ms(job.next_run_at)
-            occurrence_ms = jittered_occurrence_ms(str(job.job_id), schedule, pending_ms,
-                                                   job.jitter_ms)
-            if occurrence_ms is None:  # a time of its own (a trigger): shown as it is
-                first, after = [pending_ms], pending_ms
-            else:
-                after = occurrence_ms - 1
-        times = first + [jittered_ms(str(job.job_id), ms, job.jitter_ms)
-                         for ms in schedule.fire_times_ms(after, count - len(first))]
-    elif job.next_run_at is not None:
-        times = [datetime_to_ms(job.next_run_at)]
-    else:
-        return []
-    return [{"utc": utc_iso(ms), "local": format_fire_time(ms, job.timezone)} for ms in times]
+    """When a job fires next, in UTC and in its time zone (:mod:`scheduler.fire_times`)."""
+    return [{"utc": utc_iso(ms), "local": format_fire_time(ms, job.timezone)}
+            for ms in upcoming_fire_ms(job, count)]
 
 
 def retry_policy_of(job: Job) -> dict[str, object]:
