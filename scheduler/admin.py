@@ -223,7 +223,30 @@ class ExecutionAdmin(admin.ModelAdmin):
         context = dict(extra_context or {})
         if execution is not None:
             context.update(execution_attempts(execution))
+            context["retryable"] = execution.status in api.RETRYABLE_BY_HAND
         return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def get_urls(self):
+        return [
+            path("<uuid:execution_id>/retry/",
+                 self.admin_site.admin_view(require_POST(self.retry_view)),
+                 name="scheduler_execution_retry"),
+            *super().get_urls(),
+        ]
+
+    def retry_view(self, request: HttpRequest, execution_id) -> HttpResponse:
+        """The "Retry this execution" button: :func:`scheduler.api.retry_execution`."""
+        execution = get_object_or_404(Execution, execution_id=execution_id)
+        try:
+            attempt = api.retry_execution(execution.execution_id, tenant=execution.tenant_id,
+                                          by=f"user:{request.user}")
+        except SchedulerError as exc:
+            self.message_user(request, f"Not retried: {exc}", messages.ERROR)
+        else:
+            self.message_user(request, f"Retrying: attempt {attempt} is on its way.",
+                              messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:scheduler_execution_change",
+                                            args=[execution.execution_id]))
 
     @admin.display(description="scheduled for", ordering="scheduled_for")
     def scheduled_for_ms(self, execution: Execution) -> str:

@@ -18,10 +18,11 @@ from django.utils import timezone as dj_timezone
 
 from chronoadmin.config import get_config
 from chronoadmin.models import Tenant
+from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
-from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
+from scheduler.errors import ExecutionNotRetryable, InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.executions import cancel_pending_executions
 from scheduler.misfire import (
     MisfirePolicy,
@@ -312,6 +313,40 @@ def cancel_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: st
             request_cancel_running(execution_id=str(execution_id), by=by)
             return "stopping"
         return execution.status.lower()
+
+
+RETRYABLE_BY_HAND = (ExecutionStatus.FAILED, ExecutionStatus.DEAD_LETTERED, ExecutionStatus.LOST)
+
+
+def retry_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> int:
+    """Run an execution that ended badly (FAILED, DEAD_LETTERED, LOST) once more, as its next
+    attempt: RETRY_WAIT now, fired by the beat through a retry timer as soon as it is added
+    (the web process publishes nothing itself). Returns the new attempt's number; refuses an
+    execution in any other state with :class:`ExecutionNotRetryable`."""
+    tenant_id = _tenant_id(tenant)
+    with transaction.atomic():
+        execution = (Execution.objects.for_tenant(tenant_id).select_for_update()
+                     .filter(execution_id=execution_id).first())
+        if execution is None:
+            raise JobNotFound(f"no execution {execution_id} for this tenant")
+        if execution.status not in RETRYABLE_BY_HAND:
+            raise ExecutionNotRetryable(
+                f"execution {execution_id} is {execution.status}; only a FAILED, DEAD_LETTERED "
+                "or LOST execution can be retried")
+        now = now_ms()
+        execution.attempt += 1
+        execution.status, execution.retry_at = ExecutionStatus.RETRY_WAIT, ms_to_datetime(now)
+        execution.finished_at = execution.lease_expires_at = None
+        execution.reason = f"retried by {by or 'unknown'}"
+        execution.fencing_token += 1
+        execution.save(update_fields=["attempt", "status", "retry_at", "finished_at",
+                                      "lease_expires_at", "reason", "fencing_token"])
+        audit.record(audit.EXECUTION_RETRIED, tenant_id=tenant_id, job_id=execution.job_id,
+                     execution_id=execution.execution_id, actor=by,
+                     data={"attempt": execution.attempt, "reason": execution.reason})
+        timer_id = f"{execution.execution_id}{RETRY_TIMER_SEPARATOR}{execution.attempt}"
+        transaction.on_commit(lambda: timer_store().add([(timer_id, now)]))
+    return execution.attempt
 
 
 def schedule_once_many(

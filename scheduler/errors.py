@@ -52,6 +52,11 @@ class PayloadTooLarge(InvalidJob):
     """Raised when a job's args and kwargs, as JSON, exceed the configured payload limit."""
 
 
+class ExecutionNotRetryable(SchedulerError):
+    """Raised when an execution is retried by hand while it has not ended badly (only FAILED,
+    DEAD_LETTERED and LOST executions can be run again)."""
+
+
 class JobNotFound(SchedulerError, LookupError):
     """Raised when a job id does not exist for the calling tenant (another tenant's id included)."""
 

@@ -55,6 +55,7 @@ from reaper.models import Worker
 from scheduler import api as scheduler_api
 from scheduler.clock import ms_to_datetime
 from scheduler.cron import parse_cron
+from scheduler.errors import ExecutionNotRetryable
 from scheduler.models import Execution, Job, JobStatus
 
 OPTION_CHANGE_FIELDS = frozenset(("max_retries", *OPTION_FIELDS))
@@ -356,6 +357,23 @@ class ExecutionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantV
 
     def get_queryset(self) -> QuerySet[Execution]:
         return Execution.objects.for_tenant(self.tenant)
+
+    @extend_schema(request=None, parameters=[IDEMPOTENCY_PARAMETER],
+                   responses={200: ExecutionSerializer})
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def retry(self, request: Request, execution_id: str) -> Response:
+        """Run a FAILED, DEAD_LETTERED or LOST execution once more, as its next attempt (409 in
+        any other state)."""
+        _no_body(request)
+        execution = self.get_object()
+        try:
+            scheduler_api.retry_execution(execution.execution_id, tenant=self.tenant,
+                                          by=f"api-key:{request.auth.prefix}")
+        except ExecutionNotRetryable as exc:
+            raise Conflict(str(exc)) from None
+        execution.refresh_from_db()
+        return Response(ExecutionSerializer(execution).data)
 
 
 class PlatformViewSet(ChronoViewSet):
