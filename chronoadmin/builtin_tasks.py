@@ -56,3 +56,22 @@ def counted_sleep(self, seconds: float = 1.0) -> float:
     timer_store().client.hincrby(BENCH_RUNS_KEY, execution_id, 1)
     return seconds
 
+
+
+@app.task(name="chrono.start_workflow", bind=True)
+def start_workflow(self, workflow: str, run_input: object = None,
+                   version: int | None = None, queue: str | None = None) -> str:
+    """Start a run of ``workflow`` for the job's tenant: schedule this task (cron or one-time)
+    to start workflows on a schedule. The run's idempotency key is the execution's id, so a
+    redelivered message starts one run; returns the run id."""
+    from workflows import engine
+
+    tenant_id = getattr(self.request, "chrono_tenant_id", None)
+    execution_id = getattr(self.request, "chrono_execution_id", None)
+    if not tenant_id or not execution_id:
+        raise ValueError("chrono.start_workflow runs only as a Chrono job (it needs the job's "
+                         "tenant): schedule it with the API, not with .delay()")
+    run = engine.start_run(workflow, tenant=tenant_id, run_input=run_input, version=version,
+                           queue=queue, idempotency_key=f"job-execution:{execution_id}",
+                           by=f"job:{getattr(self.request, 'chrono_job_id', '')}")
+    return str(run.run_id)

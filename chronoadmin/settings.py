@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "scheduler.apps.SchedulerConfig",
     "reaper.apps.ReaperConfig",
     "search.apps.SearchConfig",
+    "workflows.apps.WorkflowsConfig",
 ]
 
 MIDDLEWARE = [

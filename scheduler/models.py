@@ -278,3 +278,40 @@ class ExecutionRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.task}"
+
+
+class JobWatch(models.Model):
+    """A job whose executions' ends someone above the scheduler follows (``watcher``, e.g.
+    ``workflow``): when one of its executions reaches a final status, the statement that puts it
+    there also writes an :class:`ExecutionEnd` (a trigger on ``chrono_execution``, so every
+    path that ends an execution does, present and future)."""
+
+    job_id = models.UUIDField(primary_key=True)
+    watcher = models.CharField(max_length=32)
+
+    class Meta:
+        db_table = "chrono_job_watch"
+
+    def __str__(self) -> str:
+        return f"{self.job_id} ({self.watcher})"
+
+
+class ExecutionEnd(models.Model):
+    """The end of an execution of a watched job, waiting for its watcher to apply it (and
+    delete it in the same transaction). Inserts notify the ``chrono_execution_end`` channel."""
+
+    id = models.BigAutoField(primary_key=True)
+    watcher = models.CharField(max_length=32)
+    job_id = models.UUIDField()
+    execution_id = models.UUIDField()
+    status = models.CharField(max_length=16)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "chrono_execution_end"
+        indexes = [models.Index(fields=["watcher", "id"], name="execution_end_watcher_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} {self.status}"

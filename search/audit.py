@@ -79,6 +79,12 @@ EXECUTION_SKIPPED = "execution.skipped"
 EXECUTION_MISSED = "execution.missed"
 WORKER_UP = "worker.up"
 WORKER_DOWN = "worker.down"
+WORKFLOW_DEFINED = "workflow.defined"
+WORKFLOW_RUN_STARTED = "workflow.run_started"
+WORKFLOW_RUN_ENDED = "workflow.run_ended"
+WORKFLOW_RUN_CANCEL_REQUESTED = "workflow.run_cancel_requested"
+WORKFLOW_RUN_RETRIED = "workflow.run_retried"
+WORKFLOW_STEP_CHANGED = "workflow.step_changed"
 
 _JOB, _EXEC, _HOST = "configuration", "process", "host"
 ACTIONS: dict[str, Action] = {
@@ -116,6 +122,16 @@ ACTIONS: dict[str, Action] = {
                "Occurrence {scheduled_for} of job {job} missed: {reason}"),
         Action(WORKER_UP, SUCCESS, "info", _HOST, "start", "Worker {worker} is up"),
         Action(WORKER_DOWN, SUCCESS, "info", _HOST, "end", "Worker {worker} is down"),
+        # Workflows: the run id, step and statuses are in the row's data (chrono.details); the
+        # message is written by the engine.
+        Action(WORKFLOW_DEFINED, SUCCESS, "info", _JOB, "creation", "Workflow defined"),
+        Action(WORKFLOW_RUN_STARTED, SUCCESS, "info", _EXEC, "start", "Workflow run started"),
+        Action(WORKFLOW_RUN_ENDED, UNKNOWN, "info", _EXEC, "end", "Workflow run ended"),
+        Action(WORKFLOW_RUN_CANCEL_REQUESTED, SUCCESS, "info", _EXEC, "change",
+               "Workflow run cancelled by {actor}"),
+        Action(WORKFLOW_RUN_RETRIED, SUCCESS, "info", _EXEC, "change",
+               "Workflow run retried from failure by {actor}"),
+        Action(WORKFLOW_STEP_CHANGED, UNKNOWN, "info", _EXEC, "change", "Workflow step changed"),
     )
 }
 

@@ -13,6 +13,7 @@ from chronoadmin.api.views import (
     TenantAdminViewSet,
     WorkerViewSet,
 )
+from chronoadmin.api.workflows import WorkflowRunViewSet, WorkflowViewSet
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
@@ -20,6 +21,8 @@ router.register("executions", ExecutionViewSet, basename="execution")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("tenants", TenantAdminViewSet, basename="tenant")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")
+router.register("workflows", WorkflowViewSet, basename="workflow")
+router.register("workflow-runs", WorkflowRunViewSet, basename="workflow-run")
 
 urlpatterns = [
     path(

@@ -1,0 +1,149 @@
+"""``chrono bench workflow``: workflow runs through one worker.
+
+Starts, at once, ``--chains`` runs of a 10-step chain, ``--diamonds`` runs of a diamond and one
+run of a fan-out of ``--fanout`` no-op instances with a fan-in, all of ``chrono.noop`` steps, with
+one beat replica and one worker (``--pool`` x ``--concurrency``, the README's thread-pool
+advice by default). Reports:
+
+* ``rate_per_s``: steps finished per second, first start to last finish;
+* ``handoff_ms``: for every step with parents, its start minus its last parent's finish (the
+  engine's end transaction, the child's job and timer, the beat's claim and publish, the
+  worker's start);
+* ``fanout_dispatch_ms``: the fan-out's parent finished -> its last instance confirmed
+  published;
+* ``runs``, ``steps``, ``lost`` (steps of runs that did not end in time), ``duplicates``
+  (step jobs that fired more than once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from datetime import timedelta
+
+from django.db import connection
+from django.db.models import Count
+
+from bench.common import summarize_ms
+from bench.platform import bench_platform
+from chronoadmin.processes import wait_until
+from workflows import engine
+from workflows.models import WorkflowDefinitionVersion, WorkflowRun
+
+CHAIN_LENGTH = 10
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="chrono bench workflow")
+    parser.add_argument("--chains", type=int, default=100)
+    parser.add_argument("--diamonds", type=int, default=50)
+    parser.add_argument("--fanout", type=int, default=1_000)
+    parser.add_argument("--pool", default="threads", choices=["prefork", "threads"])
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    return parser.parse_args(argv)
+
+
+def _noop(key: str, parents: list[str], **fields: object) -> dict[str, object]:
+    return {"key": key, "task": "chrono.noop", "parents": parents, **fields}
+
+
+def definitions(fanout: int) -> list[dict[str, object]]:
+    chain = [_noop(f"s{i}", [f"s{i - 1}"] if i else []) for i in range(CHAIN_LENGTH)]
+    diamond = [_noop("a", []), _noop("b", ["a"]), _noop("c", ["a"]), _noop("d", ["b", "c"])]
+    fan = [_noop("produce", []),
+           _noop("each", ["produce"], kind="map", map_over=list(range(fanout)),
+                 kwargs={"item": {"$ref": "map.item"}}),
+           _noop("total", ["each"], kind="fan_in")]
+    return [{"name": "bench-chain", "steps": chain}, {"name": "bench-diamond", "steps": diamond},
+            {"name": "bench-fanout", "steps": fan}]
+
+
+_EDGES_SQL = """
+WITH s AS (
+  SELECT t.run_id, t.step_key, t.map_index, e.started_at, e.finished_at
+  FROM chrono_workflow_task t JOIN chrono_execution e ON e.job_id = t.job_id
+  WHERE t.run_id = ANY(%s))
+SELECT extract(epoch FROM child.started_at - max(parent.finished_at)) * 1000
+FROM s child
+JOIN LATERAL jsonb_array_elements_text(%s::jsonb -> child.step_key) AS p(key) ON true
+JOIN s parent ON parent.run_id = child.run_id AND parent.step_key = p.key
+WHERE child.started_at IS NOT NULL
+GROUP BY child.run_id, child.step_key, child.map_index, child.started_at
+HAVING bool_and(parent.finished_at IS NOT NULL)
+"""
+
+def _parents_by_step(specs: list[dict]) -> dict[str, list[str]]:
+    parents: dict[str, list[str]] = {}
+    for spec in specs:
+        for step in spec["steps"]:
+            parents.setdefault(step["key"], list(step["parents"]))
+    return parents
+
+
+def run(argv: list[str]) -> dict[str, object]:
+    args = parse_args(argv)
+    specs = definitions(args.fanout)
+    with bench_platform("workflow") as platform:
+        WorkflowRun.objects.filter(tenant=platform.tenant).delete()
+        WorkflowDefinitionVersion.objects.filter(tenant=platform.tenant).delete()
+        platform.start_beat("bench-beat-0")
+        platform.start_worker(args.concurrency, args.pool)
+        for spec in specs:
+            engine.define(platform.tenant, spec)
+        started = time.monotonic()
+        runs = [engine.start_run("bench-chain", tenant=platform.tenant, queue=platform.queue)
+                for _ in range(args.chains)]
+        runs += [engine.start_run("bench-diamond", tenant=platform.tenant, queue=platform.queue)
+                 for _ in range(args.diamonds)]
+        fan = engine.start_run("bench-fanout", tenant=platform.tenant, queue=platform.queue)
+        runs.append(fan)
+        run_ids = [r.run_id for r in runs]
+        finished = WorkflowRun.objects.filter(run_id__in=run_ids, finished_at__isnull=False)
+        done = wait_until(lambda: finished.count() == len(runs), timeout_s=args.timeout,
+                          interval_s=0.5)
+        elapsed = time.monotonic() - started
+        with connection.cursor() as cursor:
+            cursor.execute(_EDGES_SQL, [run_ids, json.dumps(_parents_by_step(specs))])
+            handoffs = [float(row[0]) for row in cursor.fetchall()]
+            cursor.execute(
+                "SELECT count(*), min(e.started_at), max(e.finished_at), "
+                "count(*) FILTER (WHERE e.finished_at IS NULL) "
+                "FROM chrono_workflow_task t JOIN chrono_execution e ON e.job_id = t.job_id "
+                "WHERE t.run_id = ANY(%s)", [run_ids])
+            steps, first, last, unfinished = cursor.fetchone()
+            cursor.execute(
+                "SELECT count(*) FROM (SELECT e.job_id FROM chrono_workflow_task t "
+                "JOIN chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = ANY(%s) "
+                "GROUP BY e.job_id HAVING count(*) > 1) d", [run_ids])
+            duplicates = cursor.fetchone()[0]
+            cursor.execute(
+                "SELECT (SELECT max(e.dispatched_at) FROM chrono_workflow_task t JOIN "
+                "chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = %s AND "
+                "t.step_key = 'each') - (SELECT e.finished_at FROM chrono_workflow_task t JOIN "
+                "chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = %s AND "
+                "t.step_key = 'produce')", [fan.run_id, fan.run_id])
+            fanout_span = cursor.fetchone()[0]
+        statuses = dict(WorkflowRun.objects.filter(run_id__in=run_ids).values_list("status")
+                        .annotate(n=Count("run_id")).order_by())
+        expected = args.chains * CHAIN_LENGTH + args.diamonds * 4 + args.fanout + 2
+        WorkflowRun.objects.filter(tenant=platform.tenant).delete()
+    seconds = (last - first).total_seconds() if first and last else 0
+    return {
+        "bench": "workflow",
+        "worker": f"{args.pool} x{args.concurrency}",
+        "runs": len(runs),
+        "runs_by_status": statuses,
+        "steps": steps,
+        "steps_expected": expected,
+        "rate_per_s": round((steps - unfinished) / seconds, 1) if seconds > 0 else None,
+        "handoff_ms": summarize_ms(handoffs),
+        "fanout": args.fanout,
+        "fanout_dispatch_ms": (None if fanout_span is None
+                               else round(fanout_span / timedelta(milliseconds=1), 1)),
+        "lost": expected - (steps - unfinished),
+        "duplicates": duplicates,
+        "completed_in_time": done,
+        "elapsed_s": round(elapsed, 1),
+    }

@@ -1,0 +1,111 @@
+"""Workflows through kill -9: a worker killed mid-step (its lease expires, the reaper declares
+the attempt lost, the step's retry runs it again), and every Chrono process kind killed between
+steps. Every run ends in the right state, no step's job is dispatched twice, no step body runs
+twice except the one whose worker died under it."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pytest
+
+from scheduler.models import Execution, Job
+from tests.e2e.workflow_tasks import COMPLETED_KEY, STEP_LOG_KEY
+from tests.helpers import wait_for
+from workflows import engine
+from workflows.models import WorkflowRun, WorkflowTask
+from workflows.runs import StepRef
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+FAST = {"execution_lease_ttl_ms": 3_000, "worker_heartbeat_interval_ms": 1_000,
+        "reaper_interval_ms": 300, "shard_lease_ttl_ms": 3_000}
+INCLUDE = ("tests.e2e.workflow_tasks",)
+
+
+def _log(platform) -> list[str]:
+    return [x.decode() for x in platform.redis.lrange(STEP_LOG_KEY, 0, -1)]
+
+
+def _kill(process) -> None:
+    process.signal_group(signal.SIGKILL)
+    process.popen.wait(10)
+
+
+def _finished(run) -> WorkflowRun:
+    assert wait_for(lambda: WorkflowRun.objects.get(pk=run.pk).finished_at is not None,
+                    timeout_s=90), WorkflowRun.objects.get(pk=run.pk).state
+    return WorkflowRun.objects.get(pk=run.pk)
+
+
+def test_a_worker_killed_mid_step_the_step_runs_again_and_the_run_succeeds(platform, tenant):
+    platform.redis.delete(STEP_LOG_KEY)
+    platform.start_beat(**FAST)
+    platform.start_reaper(**FAST)
+    victim = platform.start_worker("victim", concurrency=1, include=INCLUDE, **FAST)
+    engine.define(tenant, {"name": "survivor", "steps": [
+        {"key": "long", "task": "wf.sleep", "kwargs": {"label": "long", "seconds": 4},
+         "retry": {"max_attempts": 2, "initial_delay_ms": 100}},
+        {"key": "after", "task": "wf.echo", "parents": ["long"], "kwargs": {"label": "after"}},
+    ]})
+    run = engine.start_run("survivor", tenant=tenant, queue=platform.queue)
+    assert wait_for(lambda: "long" in _log(platform), timeout_s=30)
+    _kill(victim)
+    platform.start_worker("rescuer", concurrency=1, include=INCLUDE, **FAST)
+    run = _finished(run)
+    assert run.status == "SUCCEEDED", run.state
+    assert run.state["steps"]["long"]["attempt"] == 2
+    assert Counter(_log(platform)) == {"long": 2, "after": 1}
+    assert WorkflowTask.objects.filter(run_id=run.run_id).count() == 3  # long #1, #2, after
+
+
+def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step(platform,
+                                                                                 tenant):
+    """A kill lands between two steps, or just after the next one started (the handoff takes
+    milliseconds): a step whose worker died under it is retried, and only such a step may
+    complete twice; every other step completes once, and no step's job fires twice."""
+    platform.redis.delete(STEP_LOG_KEY, COMPLETED_KEY)
+    processes = {
+        "beat": platform.start_beat("beat-1", **FAST),
+        "reaper": platform.start_reaper(**FAST),
+        "worker": platform.start_worker("w-0", concurrency=2, include=INCLUDE, **FAST),
+        "indexer": platform.group.start("indexer", ["indexer"]),
+    }
+    keys = [f"s{i}" for i in range(7)]
+    engine.define(tenant, {"name": "chain", "steps": [
+        {"key": key, "task": "wf.work", "kwargs": {"label": key, "seconds": 0.5},
+         "parents": [keys[i - 1]] if i else [], "retry": {"max_attempts": 3,
+                                                          "initial_delay_ms": 100}}
+        for i, key in enumerate(keys)]})
+    run = engine.start_run("chain", tenant=tenant, queue=platform.queue)
+    restarts = {
+        "beat": lambda n: platform.start_beat(f"beat-{n}", **FAST),
+        "reaper": lambda n: platform.start_reaper(f"reaper-{n}", **FAST),
+        "worker": lambda n: platform.start_worker(f"w-{n}", concurrency=2, include=INCLUDE,
+                                                  **FAST),
+        "indexer": lambda n: platform.group.start(f"indexer-{n}", ["indexer"]),
+    }
+    for n, (kind, key) in enumerate(zip(["worker", "beat", "reaper", "indexer", "worker"],
+                                        keys[:5], strict=True), start=1):
+        assert wait_for(lambda k=key: WorkflowRun.objects.get(pk=run.pk).state["steps"][k]
+                        ["status"] == "SUCCEEDED", timeout_s=60), kind
+        _kill(processes[kind])
+        processes[kind] = restarts[kind](n)
+    run = _finished(run)
+    assert run.status == "SUCCEEDED", run.state
+    completed = Counter(x.decode() for x in platform.redis.lrange(COMPLETED_KEY, 0, -1))
+    tasks = WorkflowTask.objects.filter(run_id=run.run_id)
+    attempts = Counter(tasks.values_list("step_key", flat=True))
+    for key in keys:
+        assert 1 <= completed[key] <= attempts[key], (key, completed, attempts)
+        if attempts[key] > 1:  # retried: an earlier attempt's worker was killed under it
+            first = Execution.objects.get(job_id=engine.task_job_id(
+                run.run_id, StepRef(key), 1))
+            assert first.status == "FAILED" and "lost" in (first.reason or ""), first.reason
+    assert sum(attempts.values()) <= len(keys) + 2, attempts  # two worker kills at most
+    job_ids = list(tasks.values_list("job_id", flat=True))
+    assert Job.objects.filter(job_id__in=job_ids).count() == len(job_ids)
+    fired = Counter(Execution.objects.filter(job_id__in=job_ids).values_list("job_id",
+                                                                            flat=True))
+    assert set(fired.values()) == {1}, "a step's job fired twice"

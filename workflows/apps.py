@@ -1,0 +1,11 @@
+"""The workflows Django app: definitions and their versions, runs, and the engine's tables."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class WorkflowsConfig(AppConfig):
+    name = "workflows"
+    verbose_name = "Workflows"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,695 @@
+"""The workflow engine: the pure evaluator (:mod:`workflows.evaluation`) wrapped in PostgreSQL
+transactions, with Chrono's jobs as the way steps run.
+
+**Runs.** A run's state is one document on its row (:mod:`workflows.persistence`). Every change
+of a run (started, a step's end, cancel, retry from failure, deadline) is one transaction that
+locks the row, evaluates, writes the new state and carries the decisions out: so a join is
+decided from every parent's final state, once, and a second delivery of the same end finds the
+step already past it (the evaluator refuses it) and advances nothing.
+
+**Steps run as jobs.** Each attempt of a step (or map instance) becomes a one-time job due now
+(or at its retry time) with the id ``task_job_id(run, step, attempt)``, inserted under that key
+(inserting it twice inserts nothing), watched by ``workflow`` (:class:`~scheduler.models.
+JobWatch`) and described by a :class:`~workflows.models.WorkflowTask`. Its timer is added on
+commit and announced to the beat at once, which fires it through the ordinary path: claim,
+execution row, confirmed publish, a worker's lease. A crash between the commit and the timer is
+repaired as for any job (the jobs table is the truth; ``rebuild-timers`` and the reconciler).
+Step jobs never retry on their own (``max_attempts`` 1): the step's retry policy is the
+evaluator's, and each retry is a new attempt with a job of its own, due at its backoff.
+
+**Ends come back as rows.** When an execution of a watched job ends (succeeded, failed, lost,
+cancelled), the statement that ends it writes a :class:`~scheduler.models.ExecutionEnd` (a row
+trigger) and notifies ``chrono_execution_end``. :class:`EngineListener` (a thread of every
+worker's main process) wakes on the notification, or every second, and :func:`apply_pending_ends`
+applies each run's ends under its lock and deletes them in the same transaction. Several
+listeners share the work (``SKIP LOCKED``); nothing is lost while none runs: the rows wait.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
+from django.utils import timezone
+
+from chronoadmin.config import get_config
+from chronoadmin.models import Tenant
+from scheduler import api as scheduler_api
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.errors import JobNotFound
+from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
+from search import audit
+from search.models import AuditEvent
+from workflows.definitions import StepKind, WorkflowDefinition
+from workflows.errors import DefinitionError, InvalidEvent, WorkflowError
+from workflows.evaluation import evaluate, waiting_reasons
+from workflows.models import WorkflowDefinitionVersion, WorkflowRun, WorkflowRunStatus, WorkflowTask
+from workflows.persistence import reason_to_json, state_from_json, state_to_json
+from workflows.runs import (
+    CancelRequested,
+    DeadlineCheck,
+    Dispatch,
+    Evaluation,
+    Event,
+    RetryDue,
+    RetryFromFailure,
+    RunStarted,
+    RunState,
+    StepEnded,
+    StepRef,
+    StepStarted,
+    StepState,
+    admission,
+)
+from workflows.states import StepStatus
+
+log = logging.getLogger("chrono.workflows")
+
+WATCHER = "workflow"
+ENGINE_ACTOR = "workflow-engine"
+END_CHANNEL = "chrono_execution_end"
+APPLY_BATCH = 1_000
+DEADLINE_BATCH = 100
+# Step jobs are attempts: the evaluator owns the retry policy.
+SINGLE_ATTEMPT = {"max_attempts": 1}
+# A soft time limit raises in the task; the hard one kills its process this much later.
+HARD_TIMEOUT_GRACE_MS = 5_000
+TASK_NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-0b1a2c3d4e5f")
+ACTIVE_RUN_STATUSES = (WorkflowRunStatus.RUNNING, WorkflowRunStatus.CANCELLING,
+                       WorkflowRunStatus.TIMING_OUT)
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+class WorkflowNotFound(WorkflowError, LookupError):
+    """Raised when a workflow name, version or run id does not exist for the calling tenant
+    (another tenant's included)."""
+
+
+class RunStateConflict(WorkflowError, ValueError):
+    """Raised when a run cannot do what was asked in its state (retry a run that did not fail,
+    cancel one that ended)."""
+
+
+def task_job_id(run_id: uuid.UUID | str, ref: StepRef, attempt: int) -> uuid.UUID:
+    """The job of one attempt of one step (or map instance) of a run: the same every time it
+    is asked for, so dispatching it twice inserts one job."""
+    return uuid.uuid5(TASK_NAMESPACE, f"{run_id}/{ref}/{attempt}")
+
+
+# ----------------------------------------------------------------------------- definitions
+
+
+def _tenant_id(tenant: Tenant | uuid.UUID | str) -> uuid.UUID:
+    if isinstance(tenant, Tenant):
+        return tenant.tenant_id
+    return uuid.UUID(str(tenant))
+
+
+def parse_definition(spec: dict | WorkflowDefinition) -> WorkflowDefinition:
+    """A definition from its JSON form, validated (DefinitionError names each field path at
+    fault). Sub-workflow steps are refused: the engine does not run them yet."""
+    definition = spec if isinstance(spec, WorkflowDefinition) else WorkflowDefinition.from_dict(
+        spec)
+    subs = [i for i, s in enumerate(definition.steps) if s.kind is StepKind.SUB_WORKFLOW]
+    if subs:
+        raise DefinitionError([(f"steps[{subs[0]}].kind",
+                                "sub_workflow steps are not supported by the engine yet; "
+                                "start the other workflow from a task step instead")])
+    return definition
+
+
+def define(tenant: Tenant | uuid.UUID | str, spec: dict | WorkflowDefinition, *,
+           by: str = "") -> WorkflowDefinitionVersion:
+    """Store a workflow definition as the next version of its name (the same spec as the
+    latest version: that version, nothing new)."""
+    definition = parse_definition(spec)
+    tenant_id = _tenant_id(tenant)
+    with transaction.atomic():
+        with connection.cursor() as cursor:  # versions of one name are numbered one at a time
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                           [f"workflow:{tenant_id}:{definition.name}"])
+        latest = (WorkflowDefinitionVersion.objects.filter(tenant_id=tenant_id,
+                                                           name=definition.name)
+                  .order_by("-version").first())
+        fingerprint = definition.fingerprint()
+        if latest is not None and latest.fingerprint == fingerprint:
+            return latest
+        version = WorkflowDefinitionVersion.objects.create(
+            tenant_id=tenant_id, name=definition.name,
+            version=1 if latest is None else latest.version + 1,
+            spec=definition.to_dict(), fingerprint=fingerprint, created_by=by)
+        audit.record(audit.WORKFLOW_DEFINED, tenant_id=tenant_id, actor=by,
+                     message=f"Workflow {definition.name} v{version.version} defined",
+                     data={"workflow": definition.name, "version": version.version})
+    return version
+
+
+@lru_cache(maxsize=512)
+def _definition(definition_id: uuid.UUID, spec_json: str) -> WorkflowDefinition:
+    return WorkflowDefinition.from_dict(json.loads(spec_json))
+
+
+def definition_of(version: WorkflowDefinitionVersion) -> WorkflowDefinition:
+    """The parsed definition of a stored version (versions never change: parsed once)."""
+    return _definition(version.definition_id, json.dumps(version.spec, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------- runs
+
+
+def start_run(name: str, *, tenant: Tenant | uuid.UUID | str, run_input: Any = None,
+              idempotency_key: str | None = None, version: int | None = None,
+              queue: str | None = None, by: str = "") -> WorkflowRun:
+    """Start a run of the latest version of ``name`` (or ``version``); a second call with the
+    same ``idempotency_key`` returns the first run. Steps without a queue of their own run on
+    ``queue`` (default: the configured default queue). A run over the definition's concurrency
+    limit waits QUEUED, with that reason, until one of its runs ends."""
+    tenant_id = _tenant_id(tenant)
+    with transaction.atomic():
+        if idempotency_key is not None:
+            existing = WorkflowRun.objects.filter(tenant_id=tenant_id,
+                                                  idempotency_key=idempotency_key).first()
+            if existing is not None:
+                return existing
+        stored = _version(tenant_id, name, version)
+        definition = definition_of(stored)
+        with connection.cursor() as cursor:  # admission of one name's runs, one at a time
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                           [f"workflow-run:{tenant_id}:{name}"])
+        now = now_ms()
+        state = RunState.new(definition, run_input, now_ms=now)
+        run = WorkflowRun(
+            tenant_id=tenant_id, definition=stored, name=name, input=run_input,
+            state=state_to_json(state), idempotency_key=idempotency_key,
+            queue=queue or get_config().default_queue, created_by=by,
+            status=WorkflowRunStatus.RUNNING, started_at=ms_to_datetime(now),
+            deadline_at=None if state.deadline_ms is None else ms_to_datetime(state.deadline_ms),
+        )
+        active = WorkflowRun.objects.filter(tenant_id=tenant_id, name=name,
+                                            status__in=ACTIVE_RUN_STATUSES).count()
+        waiting = admission(definition, active)
+        if waiting is not None:
+            run.status, run.reason, run.started_at = WorkflowRunStatus.QUEUED, \
+                reason_to_json(waiting), None
+        run.save()
+        _audit_run(run, audit.WORKFLOW_RUN_STARTED, by,
+                   f"Workflow run {run.run_id} of {name} v{stored.version} "
+                   + ("queued: " + waiting.text if waiting else "started"))
+        if waiting is None:
+            _carry_out(run, definition, [evaluate(definition, state, RunStarted(), now_ms=now)])
+    return run
+
+
+def _version(tenant_id: uuid.UUID, name: str, version: int | None) -> WorkflowDefinitionVersion:
+    versions = WorkflowDefinitionVersion.objects.filter(tenant_id=tenant_id, name=name)
+    stored = (versions.order_by("-version").first() if version is None
+              else versions.filter(version=version).first())
+    if stored is None:
+        what = f"workflow {name!r}" + ("" if version is None else f" version {version}")
+        raise WorkflowNotFound(f"no {what} for this tenant")
+    return stored
+
+
+def _locked_run(run_id: uuid.UUID | str, tenant_id: uuid.UUID | None) -> WorkflowRun:
+    runs = WorkflowRun.objects.select_for_update(of=("self",)).select_related("definition")
+    if tenant_id is not None:
+        runs = runs.filter(tenant_id=tenant_id)
+    run = runs.filter(run_id=run_id).first()
+    if run is None:
+        raise WorkflowNotFound(f"no workflow run {run_id} for this tenant")
+    return run
+
+
+def cancel_run(run_id: uuid.UUID | str, *, tenant: Tenant | uuid.UUID | str,
+               by: str = "") -> WorkflowRun:
+    """Cancel a run: steps not started never start, running ones are stopped (the job
+    cancellation's soft-then-hard stop); the run ends CANCELLED once they have. Cancelling a
+    run that is stopping or has ended changes nothing."""
+    with transaction.atomic():
+        run = _locked_run(run_id, _tenant_id(tenant))
+        if run.status == WorkflowRunStatus.QUEUED:
+            run.status, run.finished_at = WorkflowRunStatus.CANCELLED, timezone.now()
+            run.reason = {"code": "cancelled", "text": f"cancelled by {by or 'unknown'} "
+                          "before it started", "details": {}}
+            run.save(update_fields=["status", "finished_at", "reason"])
+            _audit_run(run, audit.WORKFLOW_RUN_CANCEL_REQUESTED, by, "Workflow run cancelled")
+            return run
+        if run.status not in ACTIVE_RUN_STATUSES:
+            return run
+        definition = definition_of(run.definition)
+        evaluations = _evaluate_after_starts(run, definition, CancelRequested(requested_by=by))
+        _audit_run(run, audit.WORKFLOW_RUN_CANCEL_REQUESTED, by,
+                   f"Workflow run {run.run_id} cancelled by {by or 'unknown'}")
+        _carry_out(run, definition, evaluations, actor=by)
+    return run
+
+
+def _evaluate_after_starts(run: WorkflowRun, definition: WorkflowDefinition,
+                           event: Event) -> list[Evaluation]:
+    """Evaluate ``event`` once the run's state knows which of its READY steps a worker has
+    started: the engine hears of ends only, and stopping a run must tell a step that runs (stop
+    it, then wait for its end) from one that has not started (cancel it now)."""
+    state = state_from_json(run.state)
+    evaluations: list[Evaluation] = []
+    now = now_ms()
+    for started in _started_steps(run, state):
+        try:
+            evaluation = evaluate(definition, state, started, now_ms=now)
+        except InvalidEvent:
+            continue
+        evaluations.append(evaluation)
+        state = evaluation.state
+    evaluations.append(evaluate(definition, state, event, now_ms=now))
+    return evaluations
+
+
+def _refs(state: RunState) -> Iterable[tuple[StepRef, StepState]]:
+    for key, step in state.steps.items():
+        if step.instances is None:
+            yield StepRef(key), step
+        else:
+            for index, instance in enumerate(step.instances):
+                yield StepRef(key, index), instance
+
+
+def _started_steps(run: WorkflowRun, state: RunState) -> list[StepStarted]:
+    ready = {task_job_id(run.run_id, ref, step.attempt): (ref, step.attempt)
+             for ref, step in _refs(state) if step.status is StepStatus.READY}
+    if not ready:
+        return []
+    running = Execution.objects.filter(job_id__in=list(ready),
+                                       status=ExecutionStatus.RUNNING).values_list("job_id",
+                                                                                   flat=True)
+    return [StepStarted(ready[job_id][0].key, ready[job_id][1], ready[job_id][0].map_index)
+            for job_id in running]
+
+
+def retry_run(run_id: uuid.UUID | str, *, tenant: Tenant | uuid.UUID | str,
+              by: str = "") -> WorkflowRun:
+    """Retry a FAILED or TIMED_OUT run from its failures: the failed steps run again, the
+    succeeded ones keep their results, and everything downstream is decided again."""
+    with transaction.atomic():
+        run = _locked_run(run_id, _tenant_id(tenant))
+        definition = definition_of(run.definition)
+        try:
+            evaluation = evaluate(definition, state_from_json(run.state), RetryFromFailure(),
+                                  now_ms=now_ms())
+        except InvalidEvent as exc:
+            raise RunStateConflict(str(exc)) from None
+        run.finished_at = None
+        _audit_run(run, audit.WORKFLOW_RUN_RETRIED, by,
+                   f"Workflow run {run.run_id} retried from failure by {by or 'unknown'}")
+        _carry_out(run, definition, [evaluation], actor=by)
+    return run
+
+
+def check_deadlines(limit: int = DEADLINE_BATCH) -> int:
+    """Time out the running runs whose deadline has passed (their running steps are stopped,
+    then the run ends TIMED_OUT)."""
+    due = list(WorkflowRun.objects.filter(status=WorkflowRunStatus.RUNNING,
+                                          deadline_at__lte=timezone.now())
+               .values_list("run_id", flat=True)[:limit])
+    for run_id in due:
+        with transaction.atomic():
+            run = (WorkflowRun.objects.select_for_update(skip_locked=True, of=("self",))
+                   .select_related("definition").filter(run_id=run_id,
+                                                        status=WorkflowRunStatus.RUNNING).first())
+            if run is None:
+                continue
+            definition = definition_of(run.definition)
+            _carry_out(run, definition, _evaluate_after_starts(run, definition, DeadlineCheck()))
+    return len(due)
+
+
+# ------------------------------------------------------------------------- applying ends
+
+
+@dataclass(frozen=True)
+class _End:
+    end_id: int
+    status: str
+    result: Any
+    error: str
+    ref: StepRef
+    attempt: int
+
+
+_PENDING_RUNS_SQL = (
+    "SELECT t.run_id FROM chrono_execution_end e JOIN chrono_workflow_task t "
+    "ON t.job_id = e.job_id WHERE e.watcher = %s ORDER BY e.id LIMIT %s"
+)
+_RUN_ENDS_SQL = (
+    "SELECT e.id, t.run_id, e.status, e.result, e.error, t.step_key, t.map_index, t.attempt "
+    "FROM chrono_execution_end e JOIN chrono_workflow_task t ON t.job_id = e.job_id "
+    "WHERE t.run_id = ANY(%s) AND e.watcher = %s ORDER BY e.id FOR UPDATE OF e SKIP LOCKED"
+)
+# Runs advanced by one transaction at most: their ends, evaluations and writes are batched
+# (one statement per kind for all of them), so a burst of ends costs a few round trips, not a
+# few per run.
+RUNS_PER_TRANSACTION = 200
+
+
+def apply_pending_ends(limit: int = APPLY_BATCH) -> int:
+    """Apply the ends of step executions that wait; how many were applied. Runs another
+    listener holds are left to it (it applies their ends too)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PENDING_RUNS_SQL, [WATCHER, limit])
+        run_ids = list(dict.fromkeys(row[0] for row in cursor.fetchall()))
+    return sum(_apply_ends_of(run_ids[i:i + RUNS_PER_TRANSACTION])
+               for i in range(0, len(run_ids), RUNS_PER_TRANSACTION))
+
+
+def _apply_ends_of(run_ids: list[uuid.UUID]) -> int:
+    with transaction.atomic():
+        runs = {run.run_id: run for run in (
+            WorkflowRun.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("definition").filter(run_id__in=run_ids).order_by("run_id"))}
+        if not runs:
+            return 0
+        with connection.cursor() as cursor:
+            cursor.execute(_RUN_ENDS_SQL, [list(runs), WATCHER])
+            rows = cursor.fetchall()
+            if not rows:
+                return 0
+            cursor.execute("DELETE FROM chrono_execution_end WHERE id = ANY(%s)",
+                           [[row[0] for row in rows]])
+        ends: dict[uuid.UUID, list[_End]] = {}
+        for row in rows:
+            ends.setdefault(row[1], []).append(
+                _End(row[0], row[2], _json(row[3]), row[4] or "", StepRef(row[5], row[6]),
+                     row[7]))
+        now = now_ms()
+        changes = [(runs[run_id], definition_of(runs[run_id].definition),
+                    _evaluate_ends(runs[run_id], run_ends, now))
+                   for run_id, run_ends in ends.items()]
+        _carry_out_many([change for change in changes if change[2]])
+    return len(rows)
+
+
+def _evaluate_ends(run: WorkflowRun, ends: list[_End], now: int) -> list[Evaluation]:
+    definition = definition_of(run.definition)
+    state = state_from_json(run.state)
+    evaluations: list[Evaluation] = []
+    for end in ends:
+        for event in _events_of(state, end):
+            try:
+                evaluation = evaluate(definition, state, event, now_ms=now)
+            except InvalidEvent as exc:
+                log.info("run %s: end of %s attempt %d not applied: %s", run.run_id, end.ref,
+                         end.attempt, exc)
+                break
+            evaluations.append(evaluation)
+            state = evaluation.state
+    return evaluations
+
+
+def _json(value: Any) -> Any:
+    # Django's connection hands jsonb back as text, for its fields to decode.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _step_state(state: RunState, ref: StepRef) -> StepState | None:
+    step = state.steps.get(ref.key)
+    if step is None or ref.map_index is None:
+        return step
+    if step.instances is None or ref.map_index >= len(step.instances):
+        return None
+    return step.instances[ref.map_index]
+
+
+def _events_of(state: RunState, end: _End) -> list[Event]:
+    """The evaluator's events for one execution end: the step's start (which the engine does
+    not hear of separately) and its end, after its retry came due if it was waiting for it."""
+    events: list[Event] = []
+    step = _step_state(state, end.ref)
+    key, index, attempt = end.ref.key, end.ref.map_index, end.attempt
+    if step is not None and step.attempt == attempt and step.status is StepStatus.RETRY_WAIT:
+        events.append(RetryDue(key, attempt, index))
+        events.append(StepStarted(key, attempt, index))
+    elif step is not None and step.attempt == attempt and step.status is StepStatus.READY:
+        events.append(StepStarted(key, attempt, index))
+    outcome = {"SUCCEEDED": StepStatus.SUCCEEDED, "CANCELLED": StepStatus.CANCELLED}.get(
+        end.status, StepStatus.FAILED)
+    events.append(StepEnded(
+        key, attempt, outcome, result=end.result if outcome is StepStatus.SUCCEEDED else None,
+        error_type=error_type_of(end.error) if outcome is StepStatus.FAILED else None,
+        error=_error_summary(end.error, end.status) if outcome is StepStatus.FAILED else None,
+        map_index=index))
+    return events
+
+
+def error_type_of(error: str) -> str | None:
+    """``module.Class`` of the exception whose traceback ``error`` holds (its last line), as the
+    retry policy names them (``builtins.ValueError``)."""
+    for line in reversed(error.strip().splitlines()):
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match:
+            name = match.group(1)
+            return name if "." in name else f"builtins.{name}"
+    return None
+
+
+def _error_summary(error: str, status: str) -> str:
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    return last[:500] or f"the execution ended {status}"
+
+
+# -------------------------------------------------------------------- carrying decisions out
+
+
+def _carry_out(run: WorkflowRun, definition: WorkflowDefinition,
+               evaluations: Sequence[Evaluation], *, actor: str = ENGINE_ACTOR) -> None:
+    """:func:`_carry_out_many` for one run."""
+    _carry_out_many([(run, definition, evaluations)], actor=actor)
+
+
+@dataclass
+class _Writes:
+    """What carrying out the evaluations of several runs writes, one statement per kind."""
+
+    jobs: list[Job] = field(default_factory=list)
+    watches: list[JobWatch] = field(default_factory=list)
+    tasks: list[WorkflowTask] = field(default_factory=list)
+    timers: list[tuple[str, int]] = field(default_factory=list)
+    audits: list[AuditEvent] = field(default_factory=list)
+
+
+def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
+                                            Sequence[Evaluation]]],
+                    *, actor: str = ENGINE_ACTOR) -> None:
+    """Write each run's new state and do what its evaluations decided: the step jobs of the
+    dispatches and retries, the cancellation of steps to stop, the audit rows; in the caller's
+    transaction (one statement per kind for every run), the timers after its commit."""
+    writes = _Writes()
+    now = now_ms()
+    ended: list[WorkflowRun] = []
+    for run, definition, evaluations in changes:
+        state = evaluations[-1].state
+        jobs = [(d, now) for e in evaluations for d in e.dispatches]
+        for retry in (r for e in evaluations for r in e.retries):
+            jobs += [(d, retry.retry_at_ms) for d in _retry_dispatches(definition, state, retry)]
+        _step_jobs(run, jobs, writes)
+        _stop_steps(run, evaluations, actor)
+        writes.audits += _transition_audits(run, evaluations, actor)
+        was_active = run.status in ACTIVE_RUN_STATUSES
+        run.state = state_to_json(state)
+        run.status = WorkflowRunStatus(str(state.status))
+        run.reason = reason_to_json(state.reason)
+        run.state_version += 1
+        if state.status.is_terminal and run.finished_at is None:
+            run.finished_at = timezone.now()
+        if state.status.is_terminal and was_active:
+            ended.append(run)
+    _write(writes, [run for run, _, _ in changes])
+    for run in ended:
+        _audit_run(run, audit.WORKFLOW_RUN_ENDED, ENGINE_ACTOR,
+                   f"Workflow run {run.run_id} of {run.name} ended {run.status}")
+        _admit_queued(run)
+
+
+def _write(writes: _Writes, runs: list[WorkflowRun]) -> None:
+    if writes.jobs:
+        Job.objects.bulk_create(writes.jobs, ignore_conflicts=True)
+        JobWatch.objects.bulk_create(writes.watches, ignore_conflicts=True)
+        WorkflowTask.objects.bulk_create(writes.tasks, ignore_conflicts=True)
+        timers = writes.timers
+        announce_before = now_ms() + get_config().lookahead_ms * 2
+        transaction.on_commit(lambda: scheduler_api.timer_store().add(
+            timers, announce_before_ms=announce_before))
+    if writes.audits:
+        AuditEvent.objects.bulk_create(writes.audits)
+    if len(runs) == 1:
+        runs[0].save(update_fields=RUN_STATE_FIELDS)
+    elif runs:
+        WorkflowRun.objects.bulk_update(runs, RUN_STATE_FIELDS)
+
+
+RUN_STATE_FIELDS = ["state", "status", "reason", "state_version", "finished_at"]
+
+
+def _retry_dispatches(definition: WorkflowDefinition, state: RunState, retry) -> tuple:
+    """The dispatch the retry's attempt will make, worked out now so that its job can wait for
+    the retry time in the timer store; the run's state keeps the step in RETRY_WAIT."""
+    ref = retry.ref
+    try:
+        return evaluate(definition, state, RetryDue(ref.key, retry.attempt, ref.map_index),
+                        now_ms=retry.retry_at_ms).dispatches
+    except InvalidEvent:
+        return ()
+
+
+def _step_jobs(run: WorkflowRun, jobs: Iterable[tuple[Dispatch, int]], writes: _Writes) -> None:
+    for dispatch, fire_ms in jobs:
+        if dispatch.task is None:
+            continue
+        job_id = task_job_id(run.run_id, dispatch.ref, dispatch.attempt)
+        soft_ms = None if dispatch.timeout_s is None else int(dispatch.timeout_s * 1000)
+        writes.jobs.append(Job(
+            job_id=job_id, tenant_id=run.tenant_id, job_type=dispatch.task,
+            name=f"workflow {run.name} {str(run.run_id)[:8]} {dispatch.ref} #{dispatch.attempt}",
+            args=list(dispatch.args), kwargs=dict(dispatch.kwargs),
+            queue=dispatch.queue or run.queue, next_run_at=ms_to_datetime(fire_ms),
+            status=JobStatus.ACTIVE, retry_policy=SINGLE_ATTEMPT, max_retries=0,
+            soft_timeout_ms=soft_ms,
+            hard_timeout_ms=None if soft_ms is None else soft_ms + HARD_TIMEOUT_GRACE_MS,
+        ))
+        writes.watches.append(JobWatch(job_id=job_id, watcher=WATCHER))
+        writes.tasks.append(WorkflowTask(job_id=job_id, run_id=run.run_id,
+                                         step_key=dispatch.ref.key,
+                                         map_index=dispatch.ref.map_index,
+                                         attempt=dispatch.attempt))
+        writes.timers.append((str(job_id), fire_ms))
+
+
+def _stop_steps(run: WorkflowRun, evaluations: Sequence[Evaluation], actor: str) -> None:
+    """Cancel the jobs of steps the run stops: running ones (their workers stop them) and those
+    the evaluator cancelled before they started (their job may already have fired)."""
+    targets = [(s.ref, s.attempt) for e in evaluations for s in e.stops]
+    targets += [(t.ref, t.attempt) for e in evaluations for t in e.transitions
+                if t.after is StepStatus.CANCELLED
+                and t.before in (StepStatus.READY, StepStatus.RETRY_WAIT)]
+    for ref, attempt in targets:
+        try:
+            scheduler_api.cancel(task_job_id(run.run_id, ref, attempt), tenant=run.tenant_id,
+                                 by=actor or ENGINE_ACTOR)
+        except JobNotFound:
+            continue  # no job for it (a sub-step that never dispatched)
+
+
+def _transition_audits(run: WorkflowRun, evaluations: Sequence[Evaluation],
+                       actor: str) -> list[AuditEvent]:
+    spec = audit.action(audit.WORKFLOW_STEP_CHANGED)
+    now = timezone.now()
+    return [
+        AuditEvent(
+            tenant_id=run.tenant_id, occurred_at=now, action=spec.name, outcome=spec.outcome,
+            actor=audit.current_actor(actor),
+            job_id=task_job_id(run.run_id, t.ref, t.attempt) if t.attempt else None,
+            message=f"Workflow run {run.run_id}: step {t.ref} {t.before} -> {t.after}"
+                    + (f" ({t.reason.text})" if t.reason else ""),
+            data={"run_id": str(run.run_id), "workflow": run.name, "step": str(t.ref),
+                  "before": str(t.before), "after": str(t.after), "attempt": t.attempt,
+                  "reason": reason_to_json(t.reason)},
+        )
+        for e in evaluations for t in e.transitions
+    ]
+
+
+def _audit_run(run: WorkflowRun, action: str, actor: str, message: str) -> None:
+    audit.record(action, tenant_id=run.tenant_id, actor=actor, message=message,
+                 data={"run_id": str(run.run_id), "workflow": run.name,
+                       "version": run.definition.version, "status": str(run.status)})
+
+
+def _admit_queued(finished: WorkflowRun) -> None:
+    """Start the oldest run of the same workflow that waited for the concurrency limit."""
+    queued = (WorkflowRun.objects.select_for_update(skip_locked=True, of=("self",))
+              .select_related("definition")
+              .filter(tenant_id=finished.tenant_id, name=finished.name,
+                      status=WorkflowRunStatus.QUEUED).order_by("created_at").first())
+    if queued is None:
+        return
+    definition = definition_of(queued.definition)
+    now = now_ms()
+    state = RunState.new(definition, queued.input, now_ms=now)
+    queued.status, queued.reason = WorkflowRunStatus.RUNNING, None
+    queued.started_at = ms_to_datetime(now)
+    queued.deadline_at = None if state.deadline_ms is None else ms_to_datetime(state.deadline_ms)
+    queued.save(update_fields=["status", "reason", "started_at", "deadline_at"])
+    _carry_out(queued, definition, [evaluate(definition, state, RunStarted(), now_ms=now)])
+
+
+def waiting_of(run: WorkflowRun) -> dict[str, dict]:
+    """Why each pending step of ``run`` waits, machine-readable (``code``, ``text``, details)."""
+    if run.status == WorkflowRunStatus.QUEUED:
+        return {key: run.reason for key in run.state.get("steps", {})}
+    reasons = waiting_reasons(definition_of(run.definition), state_from_json(run.state))
+    return {key: reason.to_dict() for key, reason in reasons.items()}
+
+
+# ---------------------------------------------------------------------------------- listener
+
+
+class EngineListener(threading.Thread):
+    """Applies step ends as they are written: wakes on ``chrono_execution_end`` notifications,
+    and every ``interval_s`` anyway (ends written while no listener ran, deadlines)."""
+
+    def __init__(self, *, interval_s: float = 1.0) -> None:
+        super().__init__(name="chrono-workflow-engine", daemon=True)
+        self.interval_s = interval_s
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        backoff_s = 0.5
+        while not self._stopped.is_set():
+            try:
+                self._listen()
+                backoff_s = 0.5
+            except (DatabaseError, OSError) as exc:
+                log.error("workflow engine listener failed, again in %.1f s: %r", backoff_s, exc)
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 10.0)
+            finally:
+                connection.close()
+
+    def _listen(self) -> None:
+        listening = connections.create_connection(DEFAULT_DB_ALIAS)
+        try:
+            listening.ensure_connection()
+            raw = listening.connection
+            raw.execute(f"LISTEN {END_CHANNEL}")
+            last_deadline_check = 0.0
+            while not self._stopped.is_set():
+                while apply_pending_ends() >= APPLY_BATCH:
+                    pass
+                if time.monotonic() - last_deadline_check >= self.interval_s:
+                    check_deadlines()
+                    last_deadline_check = time.monotonic()
+                for _ in raw.notifies(timeout=self.interval_s, stop_after=1):
+                    pass
+        finally:
+            listening.close()
+
+
+_listener: list[EngineListener] = []
+
+
+def start_listener() -> EngineListener:
+    """Start this process's listener (once)."""
+    if not _listener:
+        _listener.append(EngineListener())
+        _listener[0].start()
+    return _listener[0]
