@@ -173,3 +173,20 @@ def test_every_created_job_gets_its_audit_row_in_the_same_transaction(tenant_api
     assert {str(e.job_id): e.data["job_type"] for e in events} == {
         ids[0]: "a", ids[1]: "b", ids[2]: "a"}
     assert {e.actor for e in events} == {f"api-key:{tenant_api.full_key.split('_')[1]}"}
+
+
+def test_an_item_with_a_cron_digit_that_is_not_ascii_fails_alone(
+    tenant_api, django_capture_on_commit_callbacks
+):
+    items = [{"job_type": "ok", "delay_ms": 10},
+             {"job_type": "bad", "cron_expression": "² * * * *"},
+             {"job_type": "bad", "cron_expression": "٣ * * * *"},
+             {"job_type": "ok", "cron_expression": "3 * * * *"}]
+    with django_capture_on_commit_callbacks(execute=True):
+        response = tenant_api.post_json(BULK, items)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["created"], body["failed"]) == (2, 2)
+    assert [error["index"] for error in body["errors"]] == [1, 2]
+    assert {error["field"] for error in body["errors"]} == {"cron_expression"}
+    assert set(Job.objects.values_list("cron_expression", flat=True)) == {None, "3 * * * *"}

@@ -287,3 +287,17 @@ def test_a_nul_quoted_back_in_an_error_is_stored_for_idempotent_replay(tenant_ap
         assert first.status_code == again.status_code == 400, first.content
         assert again.json() == first.json() or "\\u0000" in again.content.decode()
 
+
+
+@pytest.mark.parametrize(("expression", "message"), [
+    ("² * * * *", "minute field '²' uses '²' (U+00B2 SUPERSCRIPT TWO), which is not ASCII; "
+     "write numbers with the digits 0-9 and names in English letters"),
+    ("٣ * * * *", "minute field '٣' uses '٣' (U+0663 ARABIC-INDIC DIGIT THREE), which is not "
+     "ASCII; write numbers with the digits 0-9 and names in English letters"),
+])
+def test_a_cron_digit_that_is_not_ascii_is_400_and_nothing_is_stored(tenant_api, expression,
+                                                                     message):
+    response = create(tenant_api, cron_expression=expression)
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": [message]}
+    assert not Job.objects.exists()
