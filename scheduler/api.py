@@ -24,6 +24,7 @@ from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import ExecutionNotRetryable, InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.executions import cancel_pending_executions
+from scheduler.inputs import control_character_problem
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,
@@ -55,6 +56,14 @@ def _tenant_id(tenant: TenantRef) -> uuid.UUID:
         return uuid.UUID(str(tenant))
     except ValueError:
         raise InvalidJob(f"tenant {tenant!r} is not a tenant id", field="tenant") from None
+
+
+def _check_text(**arguments: object) -> None:
+    """Refuse a text argument holding a control character (InvalidJob naming the argument),
+    as the REST API refuses such a field."""
+    for name, value in arguments.items():
+        if isinstance(value, str) and (problem := control_character_problem(value)):
+            raise InvalidJob(f"{name} {problem[0].lower()}{problem[1:]}", field=name)
 
 
 def _check_payload(args: list, kwargs: dict) -> None:
@@ -90,6 +99,8 @@ def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> i
 
 def _create(tenant: TenantRef, idempotency_key: str | None, by: str = "", **fields: object) -> Job:
     tenant_id = _tenant_id(tenant)
+    _check_text(task_name=fields["job_type"], name=fields["name"], queue=fields["queue"],
+                idempotency_key=idempotency_key)
     if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
         raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
     fields["args"] = list(fields.get("args") or [])
@@ -190,6 +201,7 @@ def schedule_cron(
     latest missed one fires once); ``jitter_ms`` spreads each occurrence over ``[0, jitter_ms)``
     deterministically, for top-of-the-hour herds. It must stay below the schedule's period.
     """
+    _check_text(cron=cron, timezone=timezone)
     validate_timezone(timezone)
     schedule = parse_cron(cron, timezone)
     misfire = misfire or MisfireRule()
@@ -226,6 +238,11 @@ def _execution_options(
     if max_retries < 0:
         raise InvalidJob(f"max_retries is negative ({max_retries}); use 0 or more",
                          field="max_retries")
+    for exception_name in retry.non_retryable if retry is not None else ():
+        try:
+            _check_text(non_retryable=exception_name)
+        except InvalidJob as exc:
+            raise InvalidJob(exc.message, field="retry") from None
     _check_timeouts(soft_timeout_ms, hard_timeout_ms)
     policy = retry.to_json() if retry is not None else {}
     if retry is not None:
@@ -362,6 +379,7 @@ def schedule_once_many(
 ) -> list[Job]:
     """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
     tenant_id = _tenant_id(tenant)
+    _check_text(task_name=task_name, name=name, queue=queue)
     args, kwargs = list(args), dict(kwargs or {})
     _check_payload(args, kwargs)
     for at in fire_times:
@@ -490,6 +508,7 @@ def reschedule(
 ) -> Job:
     """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
     time. The running beat picks the change up through the timer (no restart)."""
+    _check_text(cron=cron, timezone=timezone)
     with transaction.atomic():
         job = _locked_job(job_id, tenant, editable=True)
         if job.cron_expression:

@@ -27,6 +27,7 @@ from chronoadmin.api.errors import NON_FIELD, api_field
 from scheduler.clock import datetime_to_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import InvalidSchedule
+from scheduler.inputs import CONTROL_CHARACTER, control_character_problem, printable
 from scheduler.misfire import MisfirePolicy, MisfireRule, jitter_room_ms
 from scheduler.models import OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
@@ -160,9 +161,7 @@ def unknown_field_errors(item: dict, allowed: tuple[str, ...], *, prefix: str = 
     for key in item:
         if key in allowed:
             continue
-        # A NUL in the name is echoed escaped: PostgreSQL cannot store it (idempotency records
-        # keep the answer), and a client cannot act on an invisible character anyway.
-        name = str(key).replace("\x00", "\\u0000")
+        name = printable(str(key))
         close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
         hint = f"did you mean '{close[0]}'? " if close else ""
         errors[f"{prefix}{name}"] = [
@@ -215,7 +214,7 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
             and type(delay_ms) is int and 0 <= delay_ms <= MAX_AHEAD_MS
             and type(args) is list and type(kwargs) is dict
             and _plain_text(job_type, TASK_NAME) and _plain_text(queue, QUEUE_NAME)
-            and len(name) <= MAX_TEXT_LENGTH and "\x00" not in name):
+            and len(name) <= MAX_TEXT_LENGTH and CONTROL_CHARACTER.search(name) is None):
         return None
     args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
     if (len(args_json) + len(kwargs_json) + 3 > limits.max_payload_bytes
@@ -227,8 +226,9 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
 
 @lru_cache(maxsize=1024)  # the task names and queues of a bulk request repeat
 def _plain_text(value: str, pattern: re.Pattern) -> bool:
-    """``value`` passes :func:`_text` (length, no NUL, ``pattern``)."""
-    return len(value) <= MAX_TEXT_LENGTH and "\x00" not in value and bool(pattern.match(value))
+    """``value`` passes :func:`_text` (length, no control character, ``pattern``)."""
+    return (len(value) <= MAX_TEXT_LENGTH and CONTROL_CHARACTER.search(value) is None
+            and bool(pattern.match(value)))
 
 
 def parse_update(item: object, limits: Limits) -> dict[str, object]:
@@ -325,8 +325,8 @@ def _text(item: dict, key: str, errors: Errors, *, default: str | None = None,
         return default
     if len(value) > MAX_TEXT_LENGTH:
         errors[key] = [f"Is {len(value)} characters long; use at most {MAX_TEXT_LENGTH}."]
-    elif "\x00" in value:
-        errors[key] = ["Contains a NUL character (\\u0000); remove it."]
+    elif problem := control_character_problem(value):
+        errors[key] = [problem]
     elif pattern is not None and not pattern.match(value):
         errors[key] = [f"'{value}' is not valid here; use {example}." if value else
                        f"Must not be empty; use {example}."]
@@ -399,6 +399,10 @@ def _run_at(value: object, limits: Limits, errors: Errors) -> int | None:
     example = "an ISO 8601 time with a UTC offset such as 2030-01-01T09:00:00Z"
     if not isinstance(value, str):
         errors["run_at"] = [f"Must be {example}, got {_json_type(value)}."]
+        return None
+    # fromisoformat() reads "2030-01-01T09:00:00Z\x00" as a time: check first.
+    if problem := control_character_problem(value):
+        errors["run_at"] = [problem]
         return None
     try:
         when = datetime.fromisoformat(value)
@@ -536,7 +540,7 @@ def _exception_names(policy: dict, default: list, errors: Errors) -> list[str]:
     for index, name in enumerate(value):
         if not (isinstance(name, str) and len(name) <= MAX_TEXT_LENGTH
                 and EXCEPTION_NAME.match(name)):
-            shown = name[:64].replace("\x00", "\\u0000") if isinstance(name, str) else name
+            shown = printable(name[:64]) if isinstance(name, str) else name
             errors["retry_policy.non_retryable"] = [
                 f"Item {index} ({shown!r}) is not an exception name; use {example}."]
             return list(default)
@@ -579,8 +583,7 @@ def _choice(item: dict, key: str, choices: tuple[str, ...], what: str, errors: E
         return default
     value = item[key]
     if not isinstance(value, str) or value not in choices:
-        shown = f"'{value[:64]}'" if isinstance(value, str) else _json_type(value)
-        shown = shown.replace("\x00", "\\u0000")
+        shown = f"'{printable(value[:64])}'" if isinstance(value, str) else _json_type(value)
         errors[key] = [f"{shown} is not {what}; use one of {', '.join(choices)}."]
         return default
     return value

@@ -142,12 +142,14 @@ def test_a_large_batch_lands_whole(tenant_api, django_capture_on_commit_callback
 
 
 def test_text_that_needs_escaping_in_copy_survives(tenant_api):
-    tricky = "tab\there, newline\nthere, back\\slash, quote\" and ünïcødé"
-    response = tenant_api.post_json(BULK, [{"job_type": "a", "delay_ms": 5, "name": tricky,
+    # A name holds no control character; the payload may.
+    name = "back\\slash \\N, quote\" and ünïcødé"
+    tricky = f"tab\there, newline\nthere, {name}"
+    response = tenant_api.post_json(BULK, [{"job_type": "a", "delay_ms": 5, "name": name,
                                             "kwargs": {"text": tricky, "n": None}}])
     assert response.status_code == 201, response.json()
     job = Job.objects.get(job_id=response.json()["ids"][0])
-    assert job.name == tricky and job.kwargs == {"text": tricky, "n": None}
+    assert job.name == name and job.kwargs == {"text": tricky, "n": None}
 
 
 def test_bulk_job_ids_are_distinct_version_4_uuids():
@@ -190,3 +192,20 @@ def test_an_item_with_a_cron_digit_that_is_not_ascii_fails_alone(
     assert [error["index"] for error in body["errors"]] == [1, 2]
     assert {error["field"] for error in body["errors"]} == {"cron_expression"}
     assert set(Job.objects.values_list("cron_expression", flat=True)) == {None, "3 * * * *"}
+
+
+def test_an_item_with_a_control_character_fails_alone_with_the_message_of_a_single_create(
+    tenant_api,
+):
+    from tests.integration.test_api_validation import CONTROL_CHARACTER_CASES
+
+    items = [{"job_type": "tests.noop", **fields} for fields, _, _ in CONTROL_CHARACTER_CASES]
+    items.insert(3, {"job_type": "ok", "delay_ms": 10, "name": "tab-free"})
+    response = tenant_api.post_json(BULK, items)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["created"], body["failed"]) == (1, len(CONTROL_CHARACTER_CASES))
+    expected = [{"index": index + (index >= 3), "field": field, "message": message}
+                for index, (_, field, message) in enumerate(CONTROL_CHARACTER_CASES)]
+    assert body["errors"] == expected
+    assert list(Job.objects.values_list("name", flat=True)) == ["tab-free"]

@@ -301,3 +301,73 @@ def test_a_cron_digit_that_is_not_ascii_is_400_and_nothing_is_stored(tenant_api,
     assert response.status_code == 400
     assert response.json() == {"cron_expression": [message]}
     assert not Job.objects.exists()
+
+
+# Control characters: every text field of a job refuses them alike, in a create, a bulk item
+# and a PATCH (the Python API too: test_scheduling_api).
+
+IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+CONTROL_CHARACTER_CASES = [
+    ({"delay_ms": 0, "name": "nightly\x00"}, "name",
+     "Contains a control character (U+0000, NUL) at position 7; remove it."),
+    ({"delay_ms": 0, "name": "\x1b[31mred"}, "name",
+     "Contains a control character (U+001B, escape) at position 0; remove it."),
+    ({"delay_ms": 0, "name": "two\nlines"}, "name",
+     "Contains a control character (U+000A, line feed) at position 3; remove it."),
+    ({"delay_ms": 0, "name": "c1\x85"}, "name",
+     "Contains a control character (U+0085) at position 2; remove it."),
+    ({"delay_ms": 0, "job_type": "tests.noop\x00"}, "job_type",
+     "Contains a control character (U+0000, NUL) at position 10; remove it."),
+    ({"delay_ms": 0, "queue": "reports\t"}, "queue",
+     "Contains a control character (U+0009, tab) at position 7; remove it."),
+    ({"run_at": IN_AN_HOUR.isoformat() + "\x00"}, "run_at",
+     "Contains a control character (U+0000, NUL) at position 25; remove it."),
+    ({"cron_expression": "0\t9 * * *"}, "cron_expression",
+     "Contains a control character (U+0009, tab) at position 1; remove it."),
+    ({"cron_expression": "0 9 * * *", "timezone": "UTC\x7f"}, "timezone",
+     "Contains a control character (U+007F, delete) at position 3; remove it."),
+]
+
+
+@pytest.mark.parametrize(("fields", "field", "message"), CONTROL_CHARACTER_CASES)
+def test_a_control_character_in_a_text_field_is_400_and_nothing_is_stored(
+    tenant_api, fields, field, message
+):
+    response = create(tenant_api, **fields)
+    assert response.status_code == 400
+    assert response.json() == {field: [message]}
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(("fields", "field", "message"), [
+    ({"run_at": IN_AN_HOUR.isoformat() + "\x00"}, "run_at",
+     "Contains a control character (U+0000, NUL) at position 25; remove it."),
+    ({"cron_expression": "0\t9 * * *"}, "cron_expression",
+     "Contains a control character (U+0009, tab) at position 1; remove it."),
+    ({"timezone": "Europe/Paris\x1f"}, "timezone",
+     "Contains a control character (U+001F) at position 12; remove it."),
+])
+def test_a_control_character_in_a_patch_is_400_and_changes_nothing(tenant_api, fields, field,
+                                                                   message):
+    kind = {"cron_expression": "@daily"} if "run_at" not in fields else {"delay_ms": 60_000}
+    job = create(tenant_api, **kind).json()
+    response = tenant_api.patch_json(f"{JOBS}{job['job_id']}/", fields)
+    assert response.status_code == 400
+    assert response.json() == {field: [message]}
+    stored = Job.objects.get(job_id=job["job_id"])
+    assert (stored.cron_expression, stored.timezone) == (job["cron_expression"], job["timezone"])
+    assert stored.updated_at.isoformat().replace("+00:00", "Z") == job["updated_at"]
+
+
+def test_an_unknown_field_or_choice_with_a_control_character_is_quoted_escaped(tenant_api):
+    response = create(tenant_api, cron_expression="@daily", overlap_policy="skip\x1b",
+                      **{"colour\x07": 1})
+    assert response.status_code == 400
+    assert response.json() == {
+        "colour\\u0007": ["Unknown field; the fields are: job_type, name, queue, args, kwargs, "
+                          "max_retries, run_at, delay_ms, cron_expression, timezone, "
+                          "retry_policy, soft_timeout_ms, hard_timeout_ms, overlap_policy, "
+                          "misfire_policy, misfire_fire_all_limit, jitter_ms."],
+        "overlap_policy": ["'skip\\u001b' is not an overlap policy; use one of allow, skip, "
+                           "buffer_one, cancel_previous."],
+    }

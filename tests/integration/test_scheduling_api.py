@@ -162,3 +162,41 @@ def test_occurrences_missed_while_paused_follow_the_misfire_policy_with_no_grace
     else:
         assert next_ms > now_ms()
     assert api.timer_store().fire_time_of(str(job.job_id)) == next_ms
+
+
+@pytest.mark.parametrize(("schedule", "kwargs", "field", "message"), [
+    (api.schedule_once, {"delay": 1, "name": "a\x00b"}, "name",
+     "name contains a control character (U+0000, NUL) at position 1; remove it."),
+    (api.schedule_once, {"delay": 1, "queue": "q\n"}, "queue",
+     "queue contains a control character (U+000A, line feed) at position 1; remove it."),
+    (api.schedule_once, {"delay": 1, "idempotency_key": "k\x00"}, "idempotency_key",
+     "idempotency_key contains a control character (U+0000, NUL) at position 1; remove it."),
+    (api.schedule_once, {"delay": 1, "retry": RetryPolicy(non_retryable=("Value\x00Error",))},
+     "retry", "non_retryable contains a control character (U+0000, NUL) at position 5; "
+     "remove it."),
+    (api.schedule_cron, {"cron": "0\t* * * *"}, "cron",
+     "cron contains a control character (U+0009, tab) at position 1; remove it."),
+    (api.schedule_cron, {"cron": "0 * * * *", "timezone": "UTC\x00"}, "timezone",
+     "timezone contains a control character (U+0000, NUL) at position 3; remove it."),
+])
+def test_a_control_character_in_a_text_argument_is_refused(tenant, redis_client, schedule,
+                                                            kwargs, field, message):
+    with pytest.raises(InvalidJob) as error:
+        schedule("chrono.noop", tenant=tenant, **kwargs)
+    assert (error.value.field, error.value.message) == (field, message)
+    assert not Job.objects.exists()
+
+
+def test_a_control_character_in_the_task_name_or_a_new_schedule_is_refused(tenant, redis_client):
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once("chrono.noop\x1b", tenant=tenant, delay=1)
+    assert error.value.field == "task_name"
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once_many("chrono.noop", tenant=tenant, fire_times=[], name="\x00")
+    assert error.value.field == "name"
+    job = api.schedule_cron("chrono.noop", tenant=tenant, cron="0 * * * *")
+    with pytest.raises(InvalidJob) as error:
+        api.reschedule(job.job_id, tenant=tenant, cron="5\x00 * * * *")
+    assert error.value.field == "cron"
+    job.refresh_from_db()
+    assert job.cron_expression == "0 * * * *"
