@@ -24,7 +24,7 @@ from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import ExecutionNotRetryable, InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.executions import cancel_pending_executions
-from scheduler.inputs import control_character_problem
+from scheduler.inputs import control_character_problem, encode_payload
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,
@@ -66,20 +66,22 @@ def _check_text(**arguments: object) -> None:
             raise InvalidJob(f"{name} {problem[0].lower()}{problem[1:]}", field=name)
 
 
-def _check_payload(args: list, kwargs: dict) -> None:
-    try:
-        size = len(json.dumps([args, kwargs]).encode())
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(
-            f"args and kwargs must be JSON-serialisable: {exc}", field="args"
-        ) from None
-    limit = get_config().max_payload_bytes
-    if size > limit:
-        raise PayloadTooLarge(
-            f"args and kwargs are {size} bytes as JSON; the limit is {limit} bytes. Pass a "
-            "reference (an id, a URL) instead of the data itself",
-            field="args",
-        )
+def _json_payload(args: object, kwargs: object) -> tuple[list, dict]:
+    """``args`` and ``kwargs`` as the jobs table will hold them (JSON: tuples become lists, keys
+    strings), checked as the REST API checks them (:func:`scheduler.inputs.encode_payload`).
+    Raises InvalidJob naming ``args`` or ``kwargs``, PayloadTooLarge over the limit."""
+    values = []
+    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
+        try:
+            values.append(json.loads(json.dumps(kind(value), allow_nan=False)))
+        except (TypeError, ValueError) as exc:
+            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
+    payload = encode_payload(*values, max_bytes=get_config().max_payload_bytes)
+    if payload.too_large:  # its message comes last
+        raise PayloadTooLarge(payload.errors["args"][-1], field="args")
+    for name, messages in payload.errors.items():
+        raise InvalidJob(messages[0], field=name)
+    return values[0], values[1]
 
 
 def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> int:
@@ -103,9 +105,8 @@ def _create(tenant: TenantRef, idempotency_key: str | None, by: str = "", **fiel
                 idempotency_key=idempotency_key)
     if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
         raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
-    fields["args"] = list(fields.get("args") or [])
-    fields["kwargs"] = dict(fields.get("kwargs") or {})
-    _check_payload(fields["args"], fields["kwargs"])
+    fields["args"], fields["kwargs"] = _json_payload(fields.get("args") or [],
+                                                     fields.get("kwargs") or {})
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -380,8 +381,7 @@ def schedule_once_many(
     """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
     tenant_id = _tenant_id(tenant)
     _check_text(task_name=task_name, name=name, queue=queue)
-    args, kwargs = list(args), dict(kwargs or {})
-    _check_payload(args, kwargs)
+    args, kwargs = _json_payload(args, kwargs or {})
     for at in fire_times:
         if dj_timezone.is_naive(at):
             raise InvalidJob("fire_times holds a naive datetime; pass aware ones", field="at")

@@ -21,13 +21,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-import orjson
-
 from chronoadmin.api.errors import NON_FIELD, api_field
 from scheduler.clock import datetime_to_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import InvalidSchedule
-from scheduler.inputs import CONTROL_CHARACTER, control_character_problem, printable
+from scheduler.inputs import (
+    CONTROL_CHARACTER,
+    control_character_problem,
+    encode_payload,
+    plain_payload,
+    printable,
+)
 from scheduler.misfire import MisfirePolicy, MisfireRule, jitter_room_ms
 from scheduler.models import OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
@@ -214,13 +218,15 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
             and type(delay_ms) is int and 0 <= delay_ms <= MAX_AHEAD_MS
             and type(args) is list and type(kwargs) is dict
             and _plain_text(job_type, TASK_NAME) and _plain_text(queue, QUEUE_NAME)
-            and len(name) <= MAX_TEXT_LENGTH and CONTROL_CHARACTER.search(name) is None):
+            and len(name) <= MAX_TEXT_LENGTH
+            # isprintable() is False for every control character (and a few others): it spares
+            # most names the search.
+            and (name.isprintable() or CONTROL_CHARACTER.search(name) is None)):
         return None
-    args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
-    if (len(args_json) + len(kwargs_json) + 3 > limits.max_payload_bytes
-            or b"\\u0000" in args_json or b"\\u0000" in kwargs_json):
+    payload = plain_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
+    if payload is None:
         return None
-    return JobSpec(job_type, name, queue, args, kwargs, args_json.decode(), kwargs_json.decode(),
+    return JobSpec(job_type, name, queue, args, kwargs, payload[0].decode(), payload[1].decode(),
                    None, "UTC", limits.now_ms + delay_ms)
 
 
@@ -356,19 +362,12 @@ def _typed(item: dict, key: str, kind: type, kind_name: str, errors: Errors, *, 
 
 
 def _payload(args: list, kwargs: dict, limits: Limits, errors: Errors) -> tuple[str, str, bool]:
-    args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
-    for key, dumped in (("args", args_json), ("kwargs", kwargs_json)):
-        if b"\\u0000" in dumped:
-            errors[key] = ["Contains a NUL character (\\u0000), which cannot be stored; "
-                           "remove it or encode the data (e.g. base64)."]
-    size = len(args_json) + len(kwargs_json) + 3  # as the JSON array [args, kwargs]
-    too_large = size > limits.max_payload_bytes
-    if too_large:
-        errors["args"] = [
-            f"args and kwargs are {size} bytes as JSON; the limit is {limits.max_payload_bytes} "
-            "bytes. Pass a reference (an id, a URL) instead of the data itself."
-        ]
-    return args_json.decode(), kwargs_json.decode(), too_large
+    """The payload as JSON text (:func:`scheduler.inputs.encode_payload`, the measure of the
+    Python API too), its problems added to ``errors``, and whether it is over the limit."""
+    payload = encode_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
+    for key, messages in payload.errors.items():
+        errors.setdefault(key, []).extend(messages)
+    return payload.args_json.decode(), payload.kwargs_json.decode(), payload.too_large
 
 
 def _schedule(

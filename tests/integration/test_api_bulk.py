@@ -209,3 +209,16 @@ def test_an_item_with_a_control_character_fails_alone_with_the_message_of_a_sing
                 for index, (_, field, message) in enumerate(CONTROL_CHARACTER_CASES)]
     assert body["errors"] == expected
     assert list(Job.objects.values_list("name", flat=True)) == ["tab-free"]
+
+
+def test_the_payload_limit_of_a_bulk_item_is_the_single_creates(tenant_api):
+    from tests.integration.test_api_validation import LIMIT, payload_of
+
+    response = tenant_api.post_json(BULK, [
+        {"job_type": "a", "delay_ms": 5, "kwargs": payload_of(LIMIT)},
+        {"job_type": "a", "delay_ms": 5, "kwargs": payload_of(LIMIT + 1)},
+    ])
+    assert response.status_code == 200
+    assert response.json()["errors"] == [{"index": 1, "field": "args", "message": (
+        f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
+        "reference (an id, a URL) instead of the data itself.")}]

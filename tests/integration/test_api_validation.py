@@ -158,8 +158,8 @@ def test_a_nul_character_in_the_payload_is_refused(tenant_api):
     response = create(tenant_api, delay_ms=0, kwargs={"text": "a\u0000b"})
     assert response.status_code == 400
     assert response.json() == {"kwargs": [
-        "Contains a NUL character (\\u0000), which cannot be stored; remove it or encode the "
-        "data (e.g. base64)."]}
+        "kwargs.text contains a NUL character (\\u0000), which cannot be stored; remove it or "
+        "encode the data (e.g. base64)."]}
 
 
 def test_a_payload_over_the_limit_is_413_with_the_sizes(tenant_api, chrono_config):
@@ -167,7 +167,7 @@ def test_a_payload_over_the_limit_is_413_with_the_sizes(tenant_api, chrono_confi
     response = create(tenant_api, delay_ms=0, args=["x" * 3000])
     assert response.status_code == 413
     assert response.json() == {"args": [
-        "args and kwargs are 3009 bytes as JSON; the limit is 2048 bytes. Pass a reference "
+        "args and kwargs are 3006 bytes as JSON; the limit is 2048 bytes. Pass a reference "
         "(an id, a URL) instead of the data itself."]}
 
 
@@ -371,3 +371,34 @@ def test_an_unknown_field_or_choice_with_a_control_character_is_quoted_escaped(t
         "overlap_policy": ["'skip\\u001b' is not an overlap policy; use one of allow, skip, "
                            "buffer_one, cancel_previous."],
     }
+
+
+# The payload limit: the UTF-8 bytes of args and of kwargs as compact JSON, added; the same
+# measure for a single create, a bulk item and the Python API (test_scheduling_api).
+
+LIMIT = 262_144  # CHRONO_MAX_PAYLOAD_BYTES' default, 256 KiB
+
+
+def payload_of(size: int) -> dict:
+    """kwargs that make args ([], 2 bytes) and kwargs exactly ``size`` bytes: {"k":"éé…"}, an é
+    being 2 bytes in UTF-8 (and 6 as an ASCII escape, which must not be what counts)."""
+    pairs, odd = divmod(size - 2 - len('{"k":""}'), 2)
+    return {"k": "é" * pairs + "a" * odd}
+
+
+def test_a_payload_of_exactly_the_limit_is_accepted_and_one_byte_more_is_413(tenant_api):
+    assert create(tenant_api, delay_ms=0, kwargs=payload_of(LIMIT)).status_code == 201
+    response = create(tenant_api, delay_ms=0, kwargs=payload_of(LIMIT + 1))
+    assert response.status_code == 413
+    assert response.json() == {"args": [
+        f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
+        "reference (an id, a URL) instead of the data itself."]}
+    assert Job.objects.count() == 1
+
+
+def test_non_ascii_text_counts_its_utf8_bytes_in_a_create_and_in_bulk_alike(tenant_api):
+    kwargs = {"k": "é" * 75_000}  # 150,010 bytes in UTF-8, 450,010 as ASCII escapes
+    assert create(tenant_api, delay_ms=0, kwargs=kwargs).status_code == 201
+    response = tenant_api.post_json("/api/v1/jobs/bulk/", [
+        {"job_type": "tests.noop", "delay_ms": 0, "kwargs": kwargs}])
+    assert response.status_code == 201

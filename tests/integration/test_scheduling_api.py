@@ -200,3 +200,15 @@ def test_a_control_character_in_the_task_name_or_a_new_schedule_is_refused(tenan
     assert error.value.field == "cron"
     job.refresh_from_db()
     assert job.cron_expression == "0 * * * *"
+
+
+def test_the_payload_limit_is_the_rest_apis(tenant, redis_client):
+    from tests.integration.test_api_validation import LIMIT, payload_of
+
+    api.schedule_once("chrono.noop", tenant=tenant, delay=1, kwargs=payload_of(LIMIT))
+    with pytest.raises(PayloadTooLarge) as error:
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, kwargs=payload_of(LIMIT + 1))
+    assert error.value.message == (
+        f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
+        "reference (an id, a URL) instead of the data itself.")
+    assert Job.objects.count() == 1
