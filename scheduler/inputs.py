@@ -7,7 +7,9 @@ A job's payload is its ``args`` and ``kwargs``. Its size is the UTF-8 bytes of e
 compact JSON (no spaces; only ``"``, ``\\`` and control characters escaped, as
 ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)`` writes it), added: the bytes
 PostgreSQL is sent and the worker receives. A payload of exactly the limit is accepted. It may hold
-any text but NUL (PostgreSQL's jsonb cannot store it).
+any text but NUL (PostgreSQL's jsonb cannot store it), and integers in the signed 64-bit range:
+beyond it most JSON readers (orjson, JavaScript, Go's float64 default) change the number without a
+word, so a task would not get what was sent.
 
 A job's text fields (task name, name, queue, cron expression, time zone, run_at, idempotency key,
 non-retryable exception names) hold no control character: not NUL, which PostgreSQL cannot
@@ -18,6 +20,7 @@ one of Unicode's category Cc: U+0000-U+001F, U+007F and U+0080-U+009F.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -48,8 +51,11 @@ def printable(value: str) -> str:
     return CONTROL_CHARACTER.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
 
 
-PAYLOAD_FIELDS = ("args", "kwargs")
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1
 _ESCAPED_NUL = b"\\u0000"
+# Raises for an integer beyond 53 bits: the rare payload holding one is then walked for the
+# integers beyond 64 bits, which orjson would write as they are (up to 2**64 - 1) or refuse.
+_INTEGERS_CHECKED = orjson.OPT_STRICT_INTEGER
 
 
 @dataclass(slots=True)
@@ -89,7 +95,8 @@ def plain_payload(args: list, kwargs: dict, *, max_bytes: int) -> tuple[bytes, b
     """The JSON of :func:`encode_payload` when it would find nothing wrong, else None (it then
     says what): the bulk path's fast check, a third of its cost."""
     try:
-        args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
+        args_json = orjson.dumps(args, option=_INTEGERS_CHECKED)
+        kwargs_json = orjson.dumps(kwargs, option=_INTEGERS_CHECKED)
     except orjson.JSONEncodeError:
         return None
     if (len(args_json) + len(kwargs_json) > max_bytes
@@ -100,35 +107,63 @@ def plain_payload(args: list, kwargs: dict, *, max_bytes: int) -> tuple[bytes, b
 
 def _encode(value: object, name: str, errors: dict[str, list[str]]) -> bytes:
     try:
-        encoded = orjson.dumps(value)
-    except orjson.JSONEncodeError as exc:
-        errors[name] = [f"Cannot be written as JSON ({exc}); send JSON values only."]
-        return b""
+        encoded = orjson.dumps(value, option=_INTEGERS_CHECKED)
+    except orjson.JSONEncodeError:
+        found = _first_path(value, name, _is_wide_integer)
+        if found is not None:
+            path, number = found
+            errors[name] = [f"{path} is {_number_text(number)}, outside the signed 64-bit "
+                            f"integer range ({MIN_INT64} to {MAX_INT64}); send it as a string."]
+            return b""
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            errors[name] = [f"Cannot be written as JSON ({exc}); send JSON values only."]
+            return b""
     # The escape can also be the text of a backslash followed by "u0000": look.
-    if _ESCAPED_NUL in encoded and (path := _nul_path(value, name)) is not None:
-        errors[name] = [f"{path} contains a NUL character (\\u0000), which cannot be stored; "
-                        "remove it or encode the data (e.g. base64)."]
+    if _ESCAPED_NUL in encoded and (found := _first_path(value, name, _has_nul)) is not None:
+        errors[name] = [f"{found[0]} contains a NUL character (\\u0000), which cannot be "
+                        "stored; remove it or encode the data (e.g. base64)."]
     return encoded
 
 
-def _nul_path(value: object, root: str) -> str | None:
-    """The path (``kwargs.text``, ``args[2]``) of the first text in ``value`` holding a NUL,
-    a key or a value; None when there is none. Iterative: a payload may nest deeper than
-    Python's recursion limit."""
+def _is_wide_integer(value: object) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and not MIN_INT64 <= value <= MAX_INT64)
+
+
+def _has_nul(value: object) -> bool:
+    return isinstance(value, str) and "\x00" in value
+
+
+def _number_text(number: int) -> str:
+    """An integer as a message shows it: its digits, or its length when there are too many
+    (Python refuses to write more than 4,300 digits)."""
+    if number.bit_length() <= 256:
+        return str(number)
+    if number.bit_length() < 14_000:  # below 4,215 digits
+        return f"an integer of {len(str(abs(number)))} digits"
+    return f"an integer of about {math.floor(math.log10(abs(number))) + 1} digits"
+
+
+def _first_path(value: object, root: str, is_wrong) -> tuple[str, object] | None:
+    """The path (``kwargs.order.items[3]``, ``args[2]``) and the item of the first key or value
+    in ``value`` (document order) for which ``is_wrong`` holds; None when there is none.
+    Iterative: a payload may nest deeper than Python's recursion limit."""
     pending: list[tuple[object, str]] = [(value, root)]
     while pending:
         item, path = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return path
-        elif isinstance(item, dict):
-            for key, child in reversed(item.items()):
-                if isinstance(key, str) and "\x00" in key:
-                    return path
-                pending.append((child, path + _key_path(key)))
+        if isinstance(item, dict):
+            for key in item:
+                if is_wrong(key):
+                    return path + _key_path(key), key
+            pending.extend((child, path + _key_path(key))
+                           for key, child in reversed(item.items()))
         elif isinstance(item, list | tuple):
             pending.extend((child, f"{path}[{index}]")
                            for index, child in reversed(list(enumerate(item))))
+        elif is_wrong(item):
+            return path, item
     return None
 
 

@@ -222,3 +222,20 @@ def test_the_payload_limit_of_a_bulk_item_is_the_single_creates(tenant_api):
     assert response.json()["errors"] == [{"index": 1, "field": "args", "message": (
         f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
         "reference (an id, a URL) instead of the data itself.")}]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-ndjson"])
+def test_an_item_with_an_integer_outside_64_bits_fails_alone(tenant_api, content_type):
+    items = [b'{"job_type": "a", "delay_ms": 5, "args": [9223372036854775807]}',
+             b'{"job_type": "a", "delay_ms": 5, "kwargs": {"id": 18446744073709551616}}',
+             b'{"job_type": "a", "delay_ms": 5, "args": ["12345678901234567890123"]}']
+    body = (b"[" + b",".join(items) + b"]" if content_type == "application/json"
+            else b"\n".join(items))
+    response = tenant_api.post(BULK, body, content_type=content_type)
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["errors"] == [{"index": 1, "field": "kwargs", "message": (
+        "kwargs.id is 18446744073709551616, outside the signed 64-bit integer range "
+        "(-9223372036854775808 to 9223372036854775807); send it as a string.")}]
+    assert sorted(map(str, Job.objects.values_list("args", flat=True))) == [
+        "['12345678901234567890123']", "[9223372036854775807]"]

@@ -402,3 +402,61 @@ def test_non_ascii_text_counts_its_utf8_bytes_in_a_create_and_in_bulk_alike(tena
     response = tenant_api.post_json("/api/v1/jobs/bulk/", [
         {"job_type": "tests.noop", "delay_ms": 0, "kwargs": kwargs}])
     assert response.status_code == 201
+
+
+# Integers: kept exactly within the signed 64-bit range, refused outside it (JSON parsers read
+# them as floats, silently losing digits).
+
+INT64_RANGE = "(-9223372036854775808 to 9223372036854775807)"
+
+
+@pytest.mark.parametrize(("literal", "field", "message"), [
+    (b'"args": [1, 18446744073709551616]', "args",
+     f"args[1] is 18446744073709551616, outside the signed 64-bit integer range {INT64_RANGE}; "
+     "send it as a string."),
+    (b'"args": [9223372036854775808]', "args",
+     f"args[0] is 9223372036854775808, outside the signed 64-bit integer range {INT64_RANGE}; "
+     "send it as a string."),
+    (b'"kwargs": {"order": {"line items": [{"qty": -9223372036854775809}]}}', "kwargs",
+     'kwargs.order["line items"][0].qty is -9223372036854775809, outside the signed 64-bit '
+     f"integer range {INT64_RANGE}; send it as a string."),
+    (b'"kwargs": {"n": 123456789012345678901234567890123456789012345678901234567890}', "kwargs",
+     "kwargs.n is 123456789012345678901234567890123456789012345678901234567890, outside the "
+     f"signed 64-bit integer range {INT64_RANGE}; send it as a string."),
+])
+def test_an_integer_outside_64_bits_is_400_naming_its_path(tenant_api, literal, field, message):
+    body = b'{"job_type": "tests.noop", "delay_ms": 0, ' + literal + b"}"
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {field: [message]}
+    assert not Job.objects.exists()
+
+
+def test_integers_at_the_ends_of_64_bits_are_kept_exactly(tenant_api):
+    body = (b'{"job_type": "tests.noop", "delay_ms": 0, "args": [9223372036854775807, '
+            b'-9223372036854775808, 9007199254740993, "18446744073709551616"]}')
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 201, response.json()
+    expected = [2**63 - 1, -(2**63), 2**53 + 1, "18446744073709551616"]
+    assert Job.objects.get().args == expected
+    assert response.json()["args"] == expected
+
+
+def test_a_huge_integer_in_another_field_is_refused_as_out_of_range_not_as_a_float(tenant_api):
+    body = b'{"job_type": "tests.noop", "delay_ms": 100000000000000000000, "max_retries": ' \
+           b'100000000000000000000}'
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "delay_ms": ["Is more than 100 years (3162240000000 ms); give a smaller delay."],
+        "max_retries": ["Is 100000000000000000000; use a whole number from 0 to 100."],
+    }
+
+
+def test_a_payload_nested_deeper_than_json_can_be_written_is_400(tenant_api):
+    body = (b'{"job_type": "tests.noop", "delay_ms": 0, "args": ' + b"[" * 300 + b"]" * 300
+            + b"}")
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"args": [
+        "Cannot be written as JSON (Recursion limit reached); send JSON values only."]}

@@ -212,3 +212,16 @@ def test_the_payload_limit_is_the_rest_apis(tenant, redis_client):
         f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
         "reference (an id, a URL) instead of the data itself.")
     assert Job.objects.count() == 1
+
+
+def test_an_integer_outside_64_bits_is_refused_naming_its_path(tenant, redis_client):
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, kwargs={"ids": [1, 2**64]})
+    assert (error.value.field, error.value.message) == ("kwargs", (
+        "kwargs.ids[1] is 18446744073709551616, outside the signed 64-bit integer range "
+        "(-9223372036854775808 to 9223372036854775807); send it as a string."))
+    with pytest.raises(InvalidJob, match=r"args\[0\] is an integer of 1506 digits, outside"):
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=[-(10**1505)])
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=[2**63 - 1, -(2**63)])
+    job.refresh_from_db()
+    assert job.args == [2**63 - 1, -(2**63)]
