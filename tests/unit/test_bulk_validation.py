@@ -20,6 +20,7 @@ TEXT = st.one_of(
 )
 JSON_VALUE = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+    | st.sampled_from([2**53, 2**63, -(2**63) - 1, 2**64, 10**30])
     | TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=12,
