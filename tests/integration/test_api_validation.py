@@ -258,6 +258,23 @@ def test_a_tampered_cursor_is_404_not_500(tenant_api):
     assert response.json() == {"detail": "Invalid cursor"}
 
 
+@pytest.mark.parametrize("position", [
+    "9999-12-31T23:59:59-23:59",  # after year 9999 in UTC: PostgreSQL refused it, a 500
+    "9999-12-31T23:59:59-15:00",
+    "0001-01-01T00:00:00+23:59",
+    "2030-01-01T00:00:00",  # no offset: not a position this API writes
+])
+@pytest.mark.parametrize("path", [JOBS, "/api/v1/executions/"])
+def test_a_cursor_position_out_of_range_is_404_not_500(tenant_api, path, position):
+    import base64
+
+    create(tenant_api, delay_ms=60_000)
+    cursor = base64.b64encode(f"p={position}&o=99999999999999999999".encode()).decode()
+    response = tenant_api.get(path, {"cursor": cursor})
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Invalid cursor"}
+
+
 def test_an_id_that_is_not_a_uuid_is_404(tenant_api):
     for method in ("get", "delete"):
         response = getattr(tenant_api, method)(f"{JOBS}not-a-uuid/")
