@@ -66,6 +66,9 @@ class AuditQuery:
     page_size: int = 50
     search_after: tuple[int, int] | None = None
     extra_filters: tuple[dict[str, Any], ...] = field(default=())
+    # Fields of the documents left out of the answer (a tenant's search: the stack traces that
+    # documents written before tracebacks were kept for staff only still hold).
+    hidden_fields: tuple[str, ...] = ()
 
     def filters(self) -> list[dict[str, Any]]:
         filters: list[dict[str, Any]] = list(self.extra_filters)
@@ -111,6 +114,8 @@ class AuditQuery:
         }
         if self.search_after is not None:
             body["search_after"] = list(self.search_after)
+        if self.hidden_fields:
+            body["_source"] = {"excludes": list(self.hidden_fields)}
         if counts:
             body["aggs"] = {
                 "actions": {"terms": {"field": "event.action", "size": len(ACTIONS) + 10}},
