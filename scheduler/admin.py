@@ -202,7 +202,7 @@ class ExecutionAdmin(admin.ModelAdmin):
     fields = ("execution_id", "job", "tenant", "status", "reason", "attempt", "worker_id",
               "scheduled_for_ms", "dispatched_at_ms", "started_at_ms", "finished_at_ms",
               "duration", "start_lateness_ms", "lease_expires_at_ms", "retry_at_ms",
-              "fencing_token", "exit_code", "result", "error")
+              "fencing_token", "exit_code", "result", "error", "traceback")
     readonly_fields = fields
     list_select_related = ("job", "tenant")
     ordering = ("-scheduled_for",)

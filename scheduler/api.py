@@ -24,6 +24,7 @@ from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import ExecutionNotRetryable, InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.executions import cancel_pending_executions
+from scheduler.inputs import control_character_problem, encode_payload
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,
@@ -57,20 +58,30 @@ def _tenant_id(tenant: TenantRef) -> uuid.UUID:
         raise InvalidJob(f"tenant {tenant!r} is not a tenant id", field="tenant") from None
 
 
-def _check_payload(args: list, kwargs: dict) -> None:
-    try:
-        size = len(json.dumps([args, kwargs]).encode())
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(
-            f"args and kwargs must be JSON-serialisable: {exc}", field="args"
-        ) from None
-    limit = get_config().max_payload_bytes
-    if size > limit:
-        raise PayloadTooLarge(
-            f"args and kwargs are {size} bytes as JSON; the limit is {limit} bytes. Pass a "
-            "reference (an id, a URL) instead of the data itself",
-            field="args",
-        )
+def _check_text(**arguments: object) -> None:
+    """Refuse a text argument holding a control character (InvalidJob naming the argument),
+    as the REST API refuses such a field."""
+    for name, value in arguments.items():
+        if isinstance(value, str) and (problem := control_character_problem(value)):
+            raise InvalidJob(f"{name} {problem[0].lower()}{problem[1:]}", field=name)
+
+
+def _json_payload(args: object, kwargs: object) -> tuple[list, dict]:
+    """``args`` and ``kwargs`` as the jobs table will hold them (JSON: tuples become lists, keys
+    strings), checked as the REST API checks them (:func:`scheduler.inputs.encode_payload`).
+    Raises InvalidJob naming ``args`` or ``kwargs``, PayloadTooLarge over the limit."""
+    values = []
+    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
+        try:
+            values.append(json.loads(json.dumps(kind(value), allow_nan=False)))
+        except (TypeError, ValueError) as exc:
+            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
+    payload = encode_payload(*values, max_bytes=get_config().max_payload_bytes)
+    if payload.too_large:  # its message comes last
+        raise PayloadTooLarge(payload.errors["args"][-1], field="args")
+    for name, messages in payload.errors.items():
+        raise InvalidJob(messages[0], field=name)
+    return values[0], values[1]
 
 
 def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> int:
@@ -90,11 +101,12 @@ def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> i
 
 def _create(tenant: TenantRef, idempotency_key: str | None, by: str = "", **fields: object) -> Job:
     tenant_id = _tenant_id(tenant)
+    _check_text(task_name=fields["job_type"], name=fields["name"], queue=fields["queue"],
+                idempotency_key=idempotency_key)
     if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
         raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
-    fields["args"] = list(fields.get("args") or [])
-    fields["kwargs"] = dict(fields.get("kwargs") or {})
-    _check_payload(fields["args"], fields["kwargs"])
+    fields["args"], fields["kwargs"] = _json_payload(fields.get("args") or [],
+                                                     fields.get("kwargs") or {})
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -190,6 +202,7 @@ def schedule_cron(
     latest missed one fires once); ``jitter_ms`` spreads each occurrence over ``[0, jitter_ms)``
     deterministically, for top-of-the-hour herds. It must stay below the schedule's period.
     """
+    _check_text(cron=cron, timezone=timezone)
     validate_timezone(timezone)
     schedule = parse_cron(cron, timezone)
     misfire = misfire or MisfireRule()
@@ -226,6 +239,11 @@ def _execution_options(
     if max_retries < 0:
         raise InvalidJob(f"max_retries is negative ({max_retries}); use 0 or more",
                          field="max_retries")
+    for exception_name in retry.non_retryable if retry is not None else ():
+        try:
+            _check_text(non_retryable=exception_name)
+        except InvalidJob as exc:
+            raise InvalidJob(exc.message, field="retry") from None
     _check_timeouts(soft_timeout_ms, hard_timeout_ms)
     policy = retry.to_json() if retry is not None else {}
     if retry is not None:
@@ -362,8 +380,8 @@ def schedule_once_many(
 ) -> list[Job]:
     """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
     tenant_id = _tenant_id(tenant)
-    args, kwargs = list(args), dict(kwargs or {})
-    _check_payload(args, kwargs)
+    _check_text(task_name=task_name, name=name, queue=queue)
+    args, kwargs = _json_payload(args, kwargs or {})
     for at in fire_times:
         if dj_timezone.is_naive(at):
             raise InvalidJob("fire_times holds a naive datetime; pass aware ones", field="at")
@@ -490,6 +508,7 @@ def reschedule(
 ) -> Job:
     """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
     time. The running beat picks the change up through the timer (no restart)."""
+    _check_text(cron=cron, timezone=timezone)
     with transaction.atomic():
         job = _locked_job(job_id, tenant, editable=True)
         if job.cron_expression:

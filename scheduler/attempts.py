@@ -6,6 +6,9 @@ and a ``retry_at``, or to its end: ``DEAD_LETTERED`` when a retry policy gave up
 exhausted, or a non-retryable error), ``FAILED`` when the job never asked for retries. The next
 attempt is then sent with :func:`send_attempt`: at once, through a RabbitMQ retry tier, or, for
 long delays, through the timer store (timer id ``<execution id>#<attempt>``).
+
+A failure is recorded in two parts (:mod:`scheduler.failures`): ``error``, what the execution's
+tenant sees, and ``traceback``, for platform staff only.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from django.db import connection
 
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.dispatch import Publisher, TaskMessage
+from scheduler.failures import ERROR_MAX_CHARS, TRACEBACK_MAX_CHARS
 from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER, decode_json
 from scheduler.retry import RetryPolicy, effective_policy, retry_tier_ms
 from scheduler.timers import TimerStore
@@ -62,6 +66,7 @@ def end_attempt(
     policy: RetryPolicy,
     error: str,
     error_type: str,
+    traceback: str = "",
     reason_prefix: str = "",
     audit_action: str = audit.EXECUTION_FAILED,
     actor: str = "worker",
@@ -69,7 +74,9 @@ def end_attempt(
 ) -> Outcome | None:
     """Move an attempt that failed or was lost (``from_status`` RUNNING) to its next state,
     with its audit rows (failed or lost, then retried or dead-lettered) in the same statement;
-    None when the fencing check refused it (another attempt owns the execution now)."""
+    None when the fencing check refused it (another attempt owns the execution now).
+    ``error`` is what the tenant sees (it goes into the audit rows too), ``traceback`` what
+    platform staff see."""
     now = now_ms()
     status, delay_ms, reason = decide(policy, attempt=attempt, error_type=error_type, now=now,
                                       rng=rng)
@@ -77,7 +84,8 @@ def end_attempt(
     reason = f"{reason_prefix}{reason}".strip("; ")
     with connection.cursor() as cursor:
         cursor.execute(
-            "WITH e AS (UPDATE chrono_execution SET status = %s, error = %s, reason = %s, "
+            "WITH e AS (UPDATE chrono_execution SET status = %s, error = %s, traceback = %s, "
+            "reason = %s, "
             "exit_code = 1, lease_expires_at = NULL, fencing_token = fencing_token + 1, "
             "finished_at = CASE WHEN %s = 'RETRY_WAIT' THEN NULL ELSE %s END, "
             "retry_at = %s, attempt = attempt + CASE WHEN %s = 'RETRY_WAIT' THEN 1 ELSE 0 END "
@@ -88,7 +96,8 @@ def end_attempt(
             "WHERE chrono_job.job_id = e.job_id AND %s = 'RETRY_WAIT') "
             "SELECT attempt FROM e",
             [
-                status, error[-8_000:], reason[:300], status, ms_to_datetime(now),
+                status, error[:ERROR_MAX_CHARS], traceback[-TRACEBACK_MAX_CHARS:], reason[:300],
+                status, ms_to_datetime(now),
                 None if retry_at is None else ms_to_datetime(retry_at), status,
                 uuid.UUID(execution_id), fencing_token, from_status, attempt,
                 *[actor] * audit.attempt_ended("e", failure_action=audit_action,

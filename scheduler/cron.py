@@ -26,7 +26,9 @@ and weekdays also take English three-letter names, day-of-week 7 is Sunday (so `
 weekend), and ``?`` means ``*`` in the two day fields. Other ranges do not wrap around, and the
 non-standard ``L``, ``W``, ``#`` and ``H`` are rejected. When both day fields are restricted
 (neither starts with ``*`` or is ``?``), a day matches if EITHER matches (the Vixie cron rule);
-otherwise both must match.
+otherwise both must match. The expression is ASCII: numbers are written with the digits 0-9
+and fields are separated by ASCII white space (a superscript, another script's digit or a
+Unicode space is an error naming its field).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import difflib
 import functools
 import operator
 import re
+import unicodedata
 import zoneinfo
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
@@ -70,6 +73,9 @@ _MAX_MONTHS_SEARCHED = 400 * 12
 # Names that ZoneInfo resolves but that describe this host's configuration, not an IANA zone.
 _HOST_ZONE_NAMES = frozenset({"localtime", "posixrules"})
 _EXTENSION = re.compile(r"[LW#H]", re.IGNORECASE)
+# Fields are separated by ASCII white space only: str.split() would also split on the
+# information separators U+001C-U+001F, NEL and every Unicode space.
+_FIELD_SEPARATOR = re.compile(r"[ \t\n\r\f\v]+")
 _EPOCH = datetime(1970, 1, 1)
 _SECOND = timedelta(seconds=1)
 _MIDNIGHT = (0, 0, 0)
@@ -88,6 +94,8 @@ class _Field:
 
     def value_of(self, token: str) -> int | None:
         """The number a token stands for, or None if it is neither a number nor a known name."""
+        if not token.isascii():  # isdigit() accepts '²' (int() refuses it) and '٣' (int() reads 3)
+            return None
         if token.isdigit():
             return int(token)
         lowered = token.lower()
@@ -284,8 +292,12 @@ def parse_cron(expression: str, timezone: str = "UTC") -> CronSchedule:
     such as the 30th of February) or UnknownTimeZone, each naming the field at fault.
     Results are cached: beat parses the same expression for every occurrence it dispatches.
     """
-    normalised = " ".join(str(expression).split())
-    tokens = _expand_macro(normalised).split()
+    tokens = [token for token in _FIELD_SEPARATOR.split(str(expression)) if token]
+    if not all(token.isascii() for token in tokens):
+        raise _not_ascii(tokens)
+    normalised = " ".join(tokens)
+    expanded = _expand_macro(normalised)
+    tokens = expanded.split(" ") if expanded else []
     fields = _fields_for(tokens)
     if len(fields) == 5:
         tokens = ["0", *tokens]
@@ -346,6 +358,24 @@ def _expand_macro(expression: str) -> str:
     return MACROS[macro.lower()]
 
 
+def _not_ascii(tokens: list[str]) -> InvalidCronExpression:
+    """The error of the first token holding a character that is not ASCII, naming its field
+    when the expression has a field count that says which field that is."""
+    index, token = next((i, t) for i, t in enumerate(tokens) if not t.isascii())
+    char = next(c for c in token if not c.isascii())
+    described = f"'{char}' (U+{ord(char):04X} {unicodedata.name(char, 'unnamed character')})"
+    if char.isspace():
+        return InvalidCronExpression(
+            f"'{token}' uses {described}, a space that is not ASCII; separate the fields with "
+            "ordinary spaces", field="expression")
+    problem = (f"uses {described}, which is not ASCII; write numbers with the digits 0-9 and "
+               "names in English letters")
+    fields = {5: _FIVE_FIELDS, 6: _SIX_FIELDS}.get(len(tokens))
+    if fields is None:
+        return InvalidCronExpression(f"'{token}' {problem}", field="expression")
+    return _invalid(fields[index], token, problem)
+
+
 def _fields_for(tokens: list[str]) -> tuple[_Field, ...]:
     if len(tokens) == 5:
         return _FIVE_FIELDS
@@ -397,7 +427,7 @@ def _star_high(spec: _Field) -> int:
 
 def _parse_step(step_text: str, item: str, spec: _Field) -> int:
     largest = _star_high(spec)
-    if not step_text.isdigit() or not 1 <= int(step_text) <= largest:
+    if not (step_text.isascii() and step_text.isdigit()) or not 1 <= int(step_text) <= largest:
         raise _invalid(
             spec, item, f"has step '{step_text}'; use a whole number from 1 to {largest}"
         )

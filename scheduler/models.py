@@ -202,7 +202,15 @@ class Execution(models.Model):
     )
     exit_code = models.IntegerField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    # What the execution's tenant sees of a failure: the exception's type and message, with
+    # paths into the server's directories hidden. The traceback is for platform staff only.
     error = models.TextField(blank=True, default="")
+    traceback = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The failure's Python traceback (platform staff only; tenants see error).",
+    )
     reason = models.CharField(
         max_length=300,
         blank=True,

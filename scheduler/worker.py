@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import traceback
 from collections.abc import Callable
 from functools import cache, partial
 from typing import TypeVar
@@ -46,6 +45,7 @@ from scheduler.executions import (
     finish_executions,
     start_executions,
 )
+from scheduler.failures import failure_error, failure_traceback
 from scheduler.models import ExecutionStatus
 from scheduler.prepared import OwnConnection
 from scheduler.retry import RetryPolicy
@@ -156,8 +156,9 @@ class ChronoTask(Task):
             from_status="RUNNING",
             attempt=started.attempt,
             policy=self._retry_policy(),
-            error="".join(traceback.format_exception(exc)),
+            error=failure_error(exc),
             error_type=error_type,
+            traceback=failure_traceback(exc),
             actor=f"worker:{self.request.hostname}",
         )
         if outcome is None:

@@ -3,12 +3,14 @@
 The tenant comes from the API key that authenticated the request and is a filter of every query
 (:mod:`search.queries`); no parameter can name another tenant, and another tenant's job or
 execution id simply matches nothing. Documents are returned as they are stored (ECS fields and
-``chrono.*``, see docs/audit.md), newest first unless ``order=asc``, a page at a time.
+``chrono.*``, see docs/audit.md) but for a failure's stack trace, newest first unless
+``order=asc``, a page at a time.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import cache
 
 from drf_spectacular.types import OpenApiTypes
@@ -36,6 +38,8 @@ from search.queries import (
 )
 
 log = logging.getLogger("chrono.api")
+# A tenant sees a failure's type and message; a traceback is for platform staff.
+HIDDEN_FROM_TENANTS = ("error.stack_trace",)
 
 
 class SearchEngineUnavailable(APIException):
@@ -134,7 +138,7 @@ class AuditSearchView(APIView):
             )
         except InvalidAuditQuery as exc:
             raise ValidationError(exc.errors) from None
-        page = run_search(query)
+        page = run_search(replace(query, hidden_fields=HIDDEN_FROM_TENANTS))
         next_url = None
         if page.next_cursor:
             params = request.query_params.copy()

@@ -29,9 +29,12 @@ _CHRONO_KEYS = (
 )
 # The last line of a Python traceback: "module.ExceptionType: message" (or the type alone).
 _TRACEBACK_LAST_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::\s*(.*))?", re.DOTALL)
-# A one-line error names its type only when the name says it is one ("ValueError: …").
-_ONE_LINE_ERROR = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout))"
-                             r"(?::\s*(.*))?", re.DOTALL)
+# A one-line error names its type when the name says it is one: a built-in's ("ValueError: …",
+# "StopIteration") or a dotted one, as the worker writes every other
+# ("billing.errors.CardDeclined: …"); "lost: attempt 2 …" names none.
+_ONE_LINE_ERROR = re.compile(
+    r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Timeout"
+    r"|Warning|Iteration))(?::\s*(.*))?", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,13 @@ TEXT_FIELDS = (
 )
 PARAMETERS = ("q", "job", "execution", "action", "outcome", "after", "before", "order",
               "page_size", "cursor")
+# A cursor holds the sort values of a page's last hit: its @timestamp (epoch ms) and its
+# event.sequence (an outbox id). Values outside these bounds were not written by this module,
+# and the engine would refuse them (a 503 for what is the client's mistake).
+MAX_CURSOR_CHARS = 100  # two 19-digit numbers in base64 take 59
+MAX_CURSOR_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+MAX_CURSOR_SEQUENCE = 2**63 - 1  # a long
+INVALID_CURSOR = "Invalid cursor; use the cursor in the next link of the previous page, unchanged."
 
 
 class InvalidAuditQuery(ValueError):
@@ -59,6 +66,9 @@ class AuditQuery:
     page_size: int = 50
     search_after: tuple[int, int] | None = None
     extra_filters: tuple[dict[str, Any], ...] = field(default=())
+    # Fields of the documents left out of the answer (a tenant's search: the stack traces that
+    # documents written before tracebacks were kept for staff only still hold).
+    hidden_fields: tuple[str, ...] = ()
 
     def filters(self) -> list[dict[str, Any]]:
         filters: list[dict[str, Any]] = list(self.extra_filters)
@@ -104,6 +114,8 @@ class AuditQuery:
         }
         if self.search_after is not None:
             body["search_after"] = list(self.search_after)
+        if self.hidden_fields:
+            body["_source"] = {"excludes": list(self.hidden_fields)}
         if counts:
             body["aggs"] = {
                 "actions": {"terms": {"field": "event.action", "size": len(ACTIONS) + 10}},
@@ -187,7 +199,7 @@ def parse_audit_query(
     if cursor:
         search_after = decode_cursor(cursor)
         if search_after is None:
-            errors["cursor"] = ["Invalid cursor; use the next link of the previous page."]
+            errors["cursor"] = [INVALID_CURSOR]
     if errors:
         raise InvalidAuditQuery(errors)
     return replace(query, text=text, job_id=job_id, execution_id=execution_id, actions=actions,
@@ -201,18 +213,21 @@ def encode_cursor(sort_values: list[Any]) -> str:
 
 def decode_cursor(cursor: str) -> tuple[int, int] | None:
     """The search_after values in ``cursor``, or None when it is not one this module wrote."""
+    if len(cursor) > MAX_CURSOR_CHARS or not cursor.isascii():
+        return None
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        # validate: urlsafe_b64decode() would skip the characters that are not base64.
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
         values = json.loads(raw)
     except (binascii.Error, ValueError):
         return None
-    if (
-        isinstance(values, list)
-        and len(values) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-    ):
-        return values[0], values[1]
-    return None
+    if not (isinstance(values, list) and len(values) == 2
+            and all(type(value) is int for value in values)):
+        return None
+    timestamp_ms, sequence = values
+    if not (0 <= timestamp_ms <= MAX_CURSOR_TIMESTAMP_MS and 0 <= sequence <= MAX_CURSOR_SEQUENCE):
+        return None
+    return timestamp_ms, sequence
 
 
 def _getter(params: Mapping[str, Any]):

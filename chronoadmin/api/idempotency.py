@@ -5,8 +5,9 @@ it (a row with no response yet, unique per tenant and key), runs, and stores its
 request with the same key and the same method, path and body bytes then gets that response again
 (header ``Idempotent-Replayed: true``); with anything different it gets 422. While the first
 request is still running a repeat gets 409; a claim whose request died without answering is taken
-over after ``idempotency_lock_timeout_s``. A request that fails with an error (bad input, quota,
-rate) stores nothing, so fixing it and retrying under the same key works.
+over after ``idempotency_lock_timeout_s``. Only a request that succeeded (2xx) is stored: one that
+failed (bad input, quota, rate, state: whether raised or answered) releases its claim, so fixing
+it and retrying under the same key works.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -56,16 +58,24 @@ def idempotent(handler: Handler) -> Handler:
         try:
             response = handler(view, request, *args, **kwargs)
         except BaseException:
-            IdempotencyRecord.objects.filter(
-                tenant=tenant, key=key, response_status__isnull=True
-            ).delete()
+            release(tenant, key)
             raise
+        if not status.is_success(response.status_code):
+            # An answer that is an error without an exception (a bulk request none of whose
+            # items was valid answers 400 with its per-item errors) consumes nothing either.
+            release(tenant, key)
+            return response
         IdempotencyRecord.objects.filter(tenant=tenant, key=key).update(
             response_status=response.status_code, response_body=storable(response.data)
         )
         return response
 
     return wrapper
+
+
+def release(tenant: Tenant, key: str) -> None:
+    """Drop this request's claim of ``key``, so a corrected request may use it."""
+    IdempotencyRecord.objects.filter(tenant=tenant, key=key, response_status__isnull=True).delete()
 
 
 def storable(value: object) -> object:

@@ -6,6 +6,8 @@ outside 1..max is refused with 400 rather than silently clamped.
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
@@ -35,14 +37,18 @@ class ChronoCursorPagination(CursorPagination):
 
     def decode_cursor(self, request: Request):
         cursor = super().decode_cursor(request)
-        # Every ordering the API offers is a timestamp; a tampered position must not reach SQL.
+        # Every ordering the API offers is a timestamp, which this class writes with its UTC
+        # offset; a tampered position must not reach SQL, where one beyond year 9999 in UTC
+        # (9999-12-31T23:59:59-23:59) or with an offset PostgreSQL refuses was a 500.
         if cursor is not None and cursor.position is not None:
             try:
-                valid = parse_datetime(cursor.position) is not None
-            except ValueError:
-                valid = False
-            if not valid:
-                raise NotFound(self.invalid_cursor_message)
+                moment = parse_datetime(cursor.position)
+                if moment is None or moment.utcoffset() is None:
+                    raise ValueError(cursor.position)
+                position = moment.astimezone(UTC).isoformat()
+            except (ValueError, OverflowError):
+                raise NotFound(self.invalid_cursor_message) from None
+            cursor = cursor._replace(position=position)
         return cursor
 
     def get_schema_operation_parameters(self, view) -> list[dict]:

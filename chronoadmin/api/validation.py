@@ -21,12 +21,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-import orjson
-
 from chronoadmin.api.errors import NON_FIELD, api_field
 from scheduler.clock import datetime_to_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import InvalidSchedule
+from scheduler.inputs import (
+    CONTROL_CHARACTER,
+    control_character_problem,
+    encode_payload,
+    plain_payload,
+    printable,
+)
 from scheduler.misfire import MisfirePolicy, MisfireRule, jitter_room_ms
 from scheduler.models import OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
@@ -160,9 +165,7 @@ def unknown_field_errors(item: dict, allowed: tuple[str, ...], *, prefix: str = 
     for key in item:
         if key in allowed:
             continue
-        # A NUL in the name is echoed escaped: PostgreSQL cannot store it (idempotency records
-        # keep the answer), and a client cannot act on an invisible character anyway.
-        name = str(key).replace("\x00", "\\u0000")
+        name = printable(str(key))
         close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
         hint = f"did you mean '{close[0]}'? " if close else ""
         errors[f"{prefix}{name}"] = [
@@ -215,20 +218,23 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
             and type(delay_ms) is int and 0 <= delay_ms <= MAX_AHEAD_MS
             and type(args) is list and type(kwargs) is dict
             and _plain_text(job_type, TASK_NAME) and _plain_text(queue, QUEUE_NAME)
-            and len(name) <= MAX_TEXT_LENGTH and "\x00" not in name):
+            and len(name) <= MAX_TEXT_LENGTH
+            # isprintable() is False for every control character (and a few others): it spares
+            # most names the search.
+            and (name.isprintable() or CONTROL_CHARACTER.search(name) is None)):
         return None
-    args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
-    if (len(args_json) + len(kwargs_json) + 3 > limits.max_payload_bytes
-            or b"\\u0000" in args_json or b"\\u0000" in kwargs_json):
+    payload = plain_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
+    if payload is None:
         return None
-    return JobSpec(job_type, name, queue, args, kwargs, args_json.decode(), kwargs_json.decode(),
+    return JobSpec(job_type, name, queue, args, kwargs, payload[0].decode(), payload[1].decode(),
                    None, "UTC", limits.now_ms + delay_ms)
 
 
 @lru_cache(maxsize=1024)  # the task names and queues of a bulk request repeat
 def _plain_text(value: str, pattern: re.Pattern) -> bool:
-    """``value`` passes :func:`_text` (length, no NUL, ``pattern``)."""
-    return len(value) <= MAX_TEXT_LENGTH and "\x00" not in value and bool(pattern.match(value))
+    """``value`` passes :func:`_text` (length, no control character, ``pattern``)."""
+    return (len(value) <= MAX_TEXT_LENGTH and CONTROL_CHARACTER.search(value) is None
+            and bool(pattern.match(value)))
 
 
 def parse_update(item: object, limits: Limits) -> dict[str, object]:
@@ -325,8 +331,8 @@ def _text(item: dict, key: str, errors: Errors, *, default: str | None = None,
         return default
     if len(value) > MAX_TEXT_LENGTH:
         errors[key] = [f"Is {len(value)} characters long; use at most {MAX_TEXT_LENGTH}."]
-    elif "\x00" in value:
-        errors[key] = ["Contains a NUL character (\\u0000); remove it."]
+    elif problem := control_character_problem(value):
+        errors[key] = [problem]
     elif pattern is not None and not pattern.match(value):
         errors[key] = [f"'{value}' is not valid here; use {example}." if value else
                        f"Must not be empty; use {example}."]
@@ -356,19 +362,12 @@ def _typed(item: dict, key: str, kind: type, kind_name: str, errors: Errors, *, 
 
 
 def _payload(args: list, kwargs: dict, limits: Limits, errors: Errors) -> tuple[str, str, bool]:
-    args_json, kwargs_json = orjson.dumps(args), orjson.dumps(kwargs)
-    for key, dumped in (("args", args_json), ("kwargs", kwargs_json)):
-        if b"\\u0000" in dumped:
-            errors[key] = ["Contains a NUL character (\\u0000), which cannot be stored; "
-                           "remove it or encode the data (e.g. base64)."]
-    size = len(args_json) + len(kwargs_json) + 3  # as the JSON array [args, kwargs]
-    too_large = size > limits.max_payload_bytes
-    if too_large:
-        errors["args"] = [
-            f"args and kwargs are {size} bytes as JSON; the limit is {limits.max_payload_bytes} "
-            "bytes. Pass a reference (an id, a URL) instead of the data itself."
-        ]
-    return args_json.decode(), kwargs_json.decode(), too_large
+    """The payload as JSON text (:func:`scheduler.inputs.encode_payload`, the measure of the
+    Python API too), its problems added to ``errors``, and whether it is over the limit."""
+    payload = encode_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
+    for key, messages in payload.errors.items():
+        errors.setdefault(key, []).extend(messages)
+    return payload.args_json.decode(), payload.kwargs_json.decode(), payload.too_large
 
 
 def _schedule(
@@ -399,6 +398,10 @@ def _run_at(value: object, limits: Limits, errors: Errors) -> int | None:
     example = "an ISO 8601 time with a UTC offset such as 2030-01-01T09:00:00Z"
     if not isinstance(value, str):
         errors["run_at"] = [f"Must be {example}, got {_json_type(value)}."]
+        return None
+    # fromisoformat() reads "2030-01-01T09:00:00Z\x00" as a time: check first.
+    if problem := control_character_problem(value):
+        errors["run_at"] = [problem]
         return None
     try:
         when = datetime.fromisoformat(value)
@@ -536,7 +539,7 @@ def _exception_names(policy: dict, default: list, errors: Errors) -> list[str]:
     for index, name in enumerate(value):
         if not (isinstance(name, str) and len(name) <= MAX_TEXT_LENGTH
                 and EXCEPTION_NAME.match(name)):
-            shown = name[:64].replace("\x00", "\\u0000") if isinstance(name, str) else name
+            shown = printable(name[:64]) if isinstance(name, str) else name
             errors["retry_policy.non_retryable"] = [
                 f"Item {index} ({shown!r}) is not an exception name; use {example}."]
             return list(default)
@@ -579,8 +582,7 @@ def _choice(item: dict, key: str, choices: tuple[str, ...], what: str, errors: E
         return default
     value = item[key]
     if not isinstance(value, str) or value not in choices:
-        shown = f"'{value[:64]}'" if isinstance(value, str) else _json_type(value)
-        shown = shown.replace("\x00", "\\u0000")
+        shown = f"'{printable(value[:64])}'" if isinstance(value, str) else _json_type(value)
         errors[key] = [f"{shown} is not {what}; use one of {', '.join(choices)}."]
         return default
     return value

@@ -134,6 +134,9 @@ def test_a_job_that_always_fails_is_dead_lettered_after_exactly_its_attempts(pla
     assert execution.attempt == 4
     assert "gave up after 4 attempts" in execution.reason
     assert "e2e.fail always fails" in execution.error
+    # Its tenant sees the type and message; the traceback is kept for platform staff.
+    assert "Traceback" not in execution.error and 'File "' not in execution.error
+    assert execution.traceback.startswith("Traceback (most recent call last):")
     assert runs(platform.redis)[str(execution.execution_id)] == 4
     starts = sorted(ms for e, _, ms in attempts_log(platform.redis)
                     if e == str(execution.execution_id))

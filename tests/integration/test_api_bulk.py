@@ -142,12 +142,14 @@ def test_a_large_batch_lands_whole(tenant_api, django_capture_on_commit_callback
 
 
 def test_text_that_needs_escaping_in_copy_survives(tenant_api):
-    tricky = "tab\there, newline\nthere, back\\slash, quote\" and ünïcødé"
-    response = tenant_api.post_json(BULK, [{"job_type": "a", "delay_ms": 5, "name": tricky,
+    # A name holds no control character; the payload may.
+    name = "back\\slash \\N, quote\" and ünïcødé"
+    tricky = f"tab\there, newline\nthere, {name}"
+    response = tenant_api.post_json(BULK, [{"job_type": "a", "delay_ms": 5, "name": name,
                                             "kwargs": {"text": tricky, "n": None}}])
     assert response.status_code == 201, response.json()
     job = Job.objects.get(job_id=response.json()["ids"][0])
-    assert job.name == tricky and job.kwargs == {"text": tricky, "n": None}
+    assert job.name == name and job.kwargs == {"text": tricky, "n": None}
 
 
 def test_bulk_job_ids_are_distinct_version_4_uuids():
@@ -173,3 +175,67 @@ def test_every_created_job_gets_its_audit_row_in_the_same_transaction(tenant_api
     assert {str(e.job_id): e.data["job_type"] for e in events} == {
         ids[0]: "a", ids[1]: "b", ids[2]: "a"}
     assert {e.actor for e in events} == {f"api-key:{tenant_api.full_key.split('_')[1]}"}
+
+
+def test_an_item_with_a_cron_digit_that_is_not_ascii_fails_alone(
+    tenant_api, django_capture_on_commit_callbacks
+):
+    items = [{"job_type": "ok", "delay_ms": 10},
+             {"job_type": "bad", "cron_expression": "² * * * *"},
+             {"job_type": "bad", "cron_expression": "٣ * * * *"},
+             {"job_type": "ok", "cron_expression": "3 * * * *"}]
+    with django_capture_on_commit_callbacks(execute=True):
+        response = tenant_api.post_json(BULK, items)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["created"], body["failed"]) == (2, 2)
+    assert [error["index"] for error in body["errors"]] == [1, 2]
+    assert {error["field"] for error in body["errors"]} == {"cron_expression"}
+    assert set(Job.objects.values_list("cron_expression", flat=True)) == {None, "3 * * * *"}
+
+
+def test_an_item_with_a_control_character_fails_alone_with_the_message_of_a_single_create(
+    tenant_api,
+):
+    from tests.integration.test_api_validation import CONTROL_CHARACTER_CASES
+
+    items = [{"job_type": "tests.noop", **fields} for fields, _, _ in CONTROL_CHARACTER_CASES]
+    items.insert(3, {"job_type": "ok", "delay_ms": 10, "name": "tab-free"})
+    response = tenant_api.post_json(BULK, items)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["created"], body["failed"]) == (1, len(CONTROL_CHARACTER_CASES))
+    expected = [{"index": index + (index >= 3), "field": field, "message": message}
+                for index, (_, field, message) in enumerate(CONTROL_CHARACTER_CASES)]
+    assert body["errors"] == expected
+    assert list(Job.objects.values_list("name", flat=True)) == ["tab-free"]
+
+
+def test_the_payload_limit_of_a_bulk_item_is_the_single_creates(tenant_api):
+    from tests.integration.test_api_validation import LIMIT, payload_of
+
+    response = tenant_api.post_json(BULK, [
+        {"job_type": "a", "delay_ms": 5, "kwargs": payload_of(LIMIT)},
+        {"job_type": "a", "delay_ms": 5, "kwargs": payload_of(LIMIT + 1)},
+    ])
+    assert response.status_code == 200
+    assert response.json()["errors"] == [{"index": 1, "field": "args", "message": (
+        f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
+        "reference (an id, a URL) instead of the data itself.")}]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-ndjson"])
+def test_an_item_with_an_integer_outside_64_bits_fails_alone(tenant_api, content_type):
+    items = [b'{"job_type": "a", "delay_ms": 5, "args": [9223372036854775807]}',
+             b'{"job_type": "a", "delay_ms": 5, "kwargs": {"id": 18446744073709551616}}',
+             b'{"job_type": "a", "delay_ms": 5, "args": ["12345678901234567890123"]}']
+    body = (b"[" + b",".join(items) + b"]" if content_type == "application/json"
+            else b"\n".join(items))
+    response = tenant_api.post(BULK, body, content_type=content_type)
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["errors"] == [{"index": 1, "field": "kwargs", "message": (
+        "kwargs.id is 18446744073709551616, outside the signed 64-bit integer range "
+        "(-9223372036854775808 to 9223372036854775807); send it as a string.")}]
+    assert sorted(map(str, Job.objects.values_list("args", flat=True))) == [
+        "['12345678901234567890123']", "[9223372036854775807]"]

@@ -54,6 +54,30 @@ def test_a_failed_request_stores_nothing_so_the_fixed_one_goes_through(tenant_ap
     assert "Idempotent-Replayed" not in good.headers
 
 
+def test_a_bulk_request_that_created_nothing_stores_nothing_so_the_fixed_one_goes_through(
+    tenant_api,
+):
+    # The bulk endpoint answers 400 itself (no exception) when no item is valid.
+    bad = post(tenant_api, [BODY | {"delay_ms": -1}], key="bulk-1", path="/api/v1/jobs/bulk/")
+    assert bad.status_code == 400
+    assert not IdempotencyRecord.objects.exists()
+    good = post(tenant_api, [BODY], key="bulk-1", path="/api/v1/jobs/bulk/")
+    assert good.status_code == 201, good.json()
+    assert "Idempotent-Replayed" not in good.headers
+    assert Job.objects.count() == 1
+    replay = post(tenant_api, [BODY], key="bulk-1", path="/api/v1/jobs/bulk/")
+    assert (replay.status_code, replay.headers["Idempotent-Replayed"]) == (201, "true")
+    assert Job.objects.count() == 1
+
+
+def test_an_action_refused_with_409_stores_nothing(tenant_api):
+    job_id = post(tenant_api, key="create").json()["job_id"]
+    tenant_api.post(f"/api/v1/jobs/{job_id}/pause/")
+    path = f"/api/v1/jobs/{job_id}/trigger/"
+    assert tenant_api.post(path, headers={"Idempotency-Key": "act"}).status_code == 409
+    assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["create"]
+
+
 def test_bulk_and_actions_replay_too(tenant_api):
     items = [BODY, BODY | {"delay_ms": -1}]
     first = post(tenant_api, items, path="/api/v1/jobs/bulk/")

@@ -158,8 +158,8 @@ def test_a_nul_character_in_the_payload_is_refused(tenant_api):
     response = create(tenant_api, delay_ms=0, kwargs={"text": "a\u0000b"})
     assert response.status_code == 400
     assert response.json() == {"kwargs": [
-        "Contains a NUL character (\\u0000), which cannot be stored; remove it or encode the "
-        "data (e.g. base64)."]}
+        "kwargs.text contains a NUL character (\\u0000), which cannot be stored; remove it or "
+        "encode the data (e.g. base64)."]}
 
 
 def test_a_payload_over_the_limit_is_413_with_the_sizes(tenant_api, chrono_config):
@@ -167,7 +167,7 @@ def test_a_payload_over_the_limit_is_413_with_the_sizes(tenant_api, chrono_confi
     response = create(tenant_api, delay_ms=0, args=["x" * 3000])
     assert response.status_code == 413
     assert response.json() == {"args": [
-        "args and kwargs are 3009 bytes as JSON; the limit is 2048 bytes. Pass a reference "
+        "args and kwargs are 3006 bytes as JSON; the limit is 2048 bytes. Pass a reference "
         "(an id, a URL) instead of the data itself."]}
 
 
@@ -258,6 +258,23 @@ def test_a_tampered_cursor_is_404_not_500(tenant_api):
     assert response.json() == {"detail": "Invalid cursor"}
 
 
+@pytest.mark.parametrize("position", [
+    "9999-12-31T23:59:59-23:59",  # after year 9999 in UTC: PostgreSQL refused it, a 500
+    "9999-12-31T23:59:59-15:00",
+    "0001-01-01T00:00:00+23:59",
+    "2030-01-01T00:00:00",  # no offset: not a position this API writes
+])
+@pytest.mark.parametrize("path", [JOBS, "/api/v1/executions/"])
+def test_a_cursor_position_out_of_range_is_404_not_500(tenant_api, path, position):
+    import base64
+
+    create(tenant_api, delay_ms=60_000)
+    cursor = base64.b64encode(f"p={position}&o=99999999999999999999".encode()).decode()
+    response = tenant_api.get(path, {"cursor": cursor})
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Invalid cursor"}
+
+
 def test_an_id_that_is_not_a_uuid_is_404(tenant_api):
     for method in ("get", "delete"):
         response = getattr(tenant_api, method)(f"{JOBS}not-a-uuid/")
@@ -287,3 +304,176 @@ def test_a_nul_quoted_back_in_an_error_is_stored_for_idempotent_replay(tenant_ap
         assert first.status_code == again.status_code == 400, first.content
         assert again.json() == first.json() or "\\u0000" in again.content.decode()
 
+
+
+@pytest.mark.parametrize(("expression", "message"), [
+    ("² * * * *", "minute field '²' uses '²' (U+00B2 SUPERSCRIPT TWO), which is not ASCII; "
+     "write numbers with the digits 0-9 and names in English letters"),
+    ("٣ * * * *", "minute field '٣' uses '٣' (U+0663 ARABIC-INDIC DIGIT THREE), which is not "
+     "ASCII; write numbers with the digits 0-9 and names in English letters"),
+])
+def test_a_cron_digit_that_is_not_ascii_is_400_and_nothing_is_stored(tenant_api, expression,
+                                                                     message):
+    response = create(tenant_api, cron_expression=expression)
+    assert response.status_code == 400
+    assert response.json() == {"cron_expression": [message]}
+    assert not Job.objects.exists()
+
+
+# Control characters: every text field of a job refuses them alike, in a create, a bulk item
+# and a PATCH (the Python API too: test_scheduling_api).
+
+IN_AN_HOUR = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+CONTROL_CHARACTER_CASES = [
+    ({"delay_ms": 0, "name": "nightly\x00"}, "name",
+     "Contains a control character (U+0000, NUL) at position 7; remove it."),
+    ({"delay_ms": 0, "name": "\x1b[31mred"}, "name",
+     "Contains a control character (U+001B, escape) at position 0; remove it."),
+    ({"delay_ms": 0, "name": "two\nlines"}, "name",
+     "Contains a control character (U+000A, line feed) at position 3; remove it."),
+    ({"delay_ms": 0, "name": "c1\x85"}, "name",
+     "Contains a control character (U+0085) at position 2; remove it."),
+    ({"delay_ms": 0, "job_type": "tests.noop\x00"}, "job_type",
+     "Contains a control character (U+0000, NUL) at position 10; remove it."),
+    ({"delay_ms": 0, "queue": "reports\t"}, "queue",
+     "Contains a control character (U+0009, tab) at position 7; remove it."),
+    ({"run_at": IN_AN_HOUR.isoformat() + "\x00"}, "run_at",
+     "Contains a control character (U+0000, NUL) at position 25; remove it."),
+    ({"cron_expression": "0\t9 * * *"}, "cron_expression",
+     "Contains a control character (U+0009, tab) at position 1; remove it."),
+    ({"cron_expression": "0 9 * * *", "timezone": "UTC\x7f"}, "timezone",
+     "Contains a control character (U+007F, delete) at position 3; remove it."),
+]
+
+
+@pytest.mark.parametrize(("fields", "field", "message"), CONTROL_CHARACTER_CASES)
+def test_a_control_character_in_a_text_field_is_400_and_nothing_is_stored(
+    tenant_api, fields, field, message
+):
+    response = create(tenant_api, **fields)
+    assert response.status_code == 400
+    assert response.json() == {field: [message]}
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(("fields", "field", "message"), [
+    ({"run_at": IN_AN_HOUR.isoformat() + "\x00"}, "run_at",
+     "Contains a control character (U+0000, NUL) at position 25; remove it."),
+    ({"cron_expression": "0\t9 * * *"}, "cron_expression",
+     "Contains a control character (U+0009, tab) at position 1; remove it."),
+    ({"timezone": "Europe/Paris\x1f"}, "timezone",
+     "Contains a control character (U+001F) at position 12; remove it."),
+])
+def test_a_control_character_in_a_patch_is_400_and_changes_nothing(tenant_api, fields, field,
+                                                                   message):
+    kind = {"cron_expression": "@daily"} if "run_at" not in fields else {"delay_ms": 60_000}
+    job = create(tenant_api, **kind).json()
+    response = tenant_api.patch_json(f"{JOBS}{job['job_id']}/", fields)
+    assert response.status_code == 400
+    assert response.json() == {field: [message]}
+    stored = Job.objects.get(job_id=job["job_id"])
+    assert (stored.cron_expression, stored.timezone) == (job["cron_expression"], job["timezone"])
+    assert stored.updated_at.isoformat().replace("+00:00", "Z") == job["updated_at"]
+
+
+def test_an_unknown_field_or_choice_with_a_control_character_is_quoted_escaped(tenant_api):
+    response = create(tenant_api, cron_expression="@daily", overlap_policy="skip\x1b",
+                      **{"colour\x07": 1})
+    assert response.status_code == 400
+    assert response.json() == {
+        "colour\\u0007": ["Unknown field; the fields are: job_type, name, queue, args, kwargs, "
+                          "max_retries, run_at, delay_ms, cron_expression, timezone, "
+                          "retry_policy, soft_timeout_ms, hard_timeout_ms, overlap_policy, "
+                          "misfire_policy, misfire_fire_all_limit, jitter_ms."],
+        "overlap_policy": ["'skip\\u001b' is not an overlap policy; use one of allow, skip, "
+                           "buffer_one, cancel_previous."],
+    }
+
+
+# The payload limit: the UTF-8 bytes of args and of kwargs as compact JSON, added; the same
+# measure for a single create, a bulk item and the Python API (test_scheduling_api).
+
+LIMIT = 262_144  # CHRONO_MAX_PAYLOAD_BYTES' default, 256 KiB
+
+
+def payload_of(size: int) -> dict:
+    """kwargs that make args ([], 2 bytes) and kwargs exactly ``size`` bytes: {"k":"éé…"}, an é
+    being 2 bytes in UTF-8 (and 6 as an ASCII escape, which must not be what counts)."""
+    pairs, odd = divmod(size - 2 - len('{"k":""}'), 2)
+    return {"k": "é" * pairs + "a" * odd}
+
+
+def test_a_payload_of_exactly_the_limit_is_accepted_and_one_byte_more_is_413(tenant_api):
+    assert create(tenant_api, delay_ms=0, kwargs=payload_of(LIMIT)).status_code == 201
+    response = create(tenant_api, delay_ms=0, kwargs=payload_of(LIMIT + 1))
+    assert response.status_code == 413
+    assert response.json() == {"args": [
+        f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
+        "reference (an id, a URL) instead of the data itself."]}
+    assert Job.objects.count() == 1
+
+
+def test_non_ascii_text_counts_its_utf8_bytes_in_a_create_and_in_bulk_alike(tenant_api):
+    kwargs = {"k": "é" * 75_000}  # 150,010 bytes in UTF-8, 450,010 as ASCII escapes
+    assert create(tenant_api, delay_ms=0, kwargs=kwargs).status_code == 201
+    response = tenant_api.post_json("/api/v1/jobs/bulk/", [
+        {"job_type": "tests.noop", "delay_ms": 0, "kwargs": kwargs}])
+    assert response.status_code == 201
+
+
+# Integers: kept exactly within the signed 64-bit range, refused outside it (JSON parsers read
+# them as floats, silently losing digits).
+
+INT64_RANGE = "(-9223372036854775808 to 9223372036854775807)"
+
+
+@pytest.mark.parametrize(("literal", "field", "message"), [
+    (b'"args": [1, 18446744073709551616]', "args",
+     f"args[1] is 18446744073709551616, outside the signed 64-bit integer range {INT64_RANGE}; "
+     "send it as a string."),
+    (b'"args": [9223372036854775808]', "args",
+     f"args[0] is 9223372036854775808, outside the signed 64-bit integer range {INT64_RANGE}; "
+     "send it as a string."),
+    (b'"kwargs": {"order": {"line items": [{"qty": -9223372036854775809}]}}', "kwargs",
+     'kwargs.order["line items"][0].qty is -9223372036854775809, outside the signed 64-bit '
+     f"integer range {INT64_RANGE}; send it as a string."),
+    (b'"kwargs": {"n": 123456789012345678901234567890123456789012345678901234567890}', "kwargs",
+     "kwargs.n is 123456789012345678901234567890123456789012345678901234567890, outside the "
+     f"signed 64-bit integer range {INT64_RANGE}; send it as a string."),
+])
+def test_an_integer_outside_64_bits_is_400_naming_its_path(tenant_api, literal, field, message):
+    body = b'{"job_type": "tests.noop", "delay_ms": 0, ' + literal + b"}"
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {field: [message]}
+    assert not Job.objects.exists()
+
+
+def test_integers_at_the_ends_of_64_bits_are_kept_exactly(tenant_api):
+    body = (b'{"job_type": "tests.noop", "delay_ms": 0, "args": [9223372036854775807, '
+            b'-9223372036854775808, 9007199254740993, "18446744073709551616"]}')
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 201, response.json()
+    expected = [2**63 - 1, -(2**63), 2**53 + 1, "18446744073709551616"]
+    assert Job.objects.get().args == expected
+    assert response.json()["args"] == expected
+
+
+def test_a_huge_integer_in_another_field_is_refused_as_out_of_range_not_as_a_float(tenant_api):
+    body = b'{"job_type": "tests.noop", "delay_ms": 100000000000000000000, "max_retries": ' \
+           b'100000000000000000000}'
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "delay_ms": ["Is more than 100 years (3162240000000 ms); give a smaller delay."],
+        "max_retries": ["Is 100000000000000000000; use a whole number from 0 to 100."],
+    }
+
+
+def test_a_payload_nested_deeper_than_json_can_be_written_is_400(tenant_api):
+    body = (b'{"job_type": "tests.noop", "delay_ms": 0, "args": ' + b"[" * 300 + b"]" * 300
+            + b"}")
+    response = tenant_api.post(JOBS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"args": [
+        "Cannot be written as JSON (Recursion limit reached); send JSON values only."]}

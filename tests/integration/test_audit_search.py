@@ -164,6 +164,44 @@ def test_unusable_parameters_are_refused_with_what_to_change(tenant_api, audit_s
     assert list(response.json()) == [field]
 
 
+def cursor_of(text: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("cursor", [
+    cursor_of("[100000000000000000000000000000, 1]"),  # a huge integer: the engine refuses it
+    cursor_of(f"[1700000000000, {2**63}]"),
+    cursor_of(f"[{2**63}, 1]"),
+    cursor_of("[-1, 1]"),
+    cursor_of("[253402300800000, 1]"),  # after 9999-12-31
+    cursor_of("[1700000000000]"),
+    cursor_of('[1700000000000, "1"]'),
+    cursor_of("[1700000000000, 1.5]"),
+    cursor_of("[true, 1]"),
+    cursor_of('{"a": 1}'),
+    "W1sxNzAwMDAwMDAwMDAwLCAxXQ!!",  # not base64 (the decoder would skip the !)
+    "////",  # base64 of bytes that are not UTF-8
+    "é",
+    "A" * 10_000,
+])
+def test_a_cursor_this_api_did_not_give_out_is_400_not_503(tenant_api, audit_stream, cursor):
+    response = tenant_api.get(AUDIT, {"cursor": cursor})
+    assert response.status_code == 400, response.content
+    assert response.json() == {"cursor": [
+        "Invalid cursor; use the cursor in the next link of the previous page, unchanged."]}
+
+
+def test_a_cursor_from_a_page_still_works(tenant_api, indexer):
+    for _ in range(2):
+        run_job(tenant_api.tenant)
+    ship_all(indexer)
+    first = tenant_api.get(AUDIT, {"page_size": 2}).json()
+    assert first["next"]
+    assert tenant_api.get(first["next"]).status_code == 200
+
+
 def test_only_a_tenant_api_key_may_search(client, staff_api, audit_stream):
     assert client.get(AUDIT).status_code in (401, 403)
     assert staff_api.get(AUDIT).status_code == 403  # staff use the admin page

@@ -162,3 +162,66 @@ def test_occurrences_missed_while_paused_follow_the_misfire_policy_with_no_grace
     else:
         assert next_ms > now_ms()
     assert api.timer_store().fire_time_of(str(job.job_id)) == next_ms
+
+
+@pytest.mark.parametrize(("schedule", "kwargs", "field", "message"), [
+    (api.schedule_once, {"delay": 1, "name": "a\x00b"}, "name",
+     "name contains a control character (U+0000, NUL) at position 1; remove it."),
+    (api.schedule_once, {"delay": 1, "queue": "q\n"}, "queue",
+     "queue contains a control character (U+000A, line feed) at position 1; remove it."),
+    (api.schedule_once, {"delay": 1, "idempotency_key": "k\x00"}, "idempotency_key",
+     "idempotency_key contains a control character (U+0000, NUL) at position 1; remove it."),
+    (api.schedule_once, {"delay": 1, "retry": RetryPolicy(non_retryable=("Value\x00Error",))},
+     "retry", "non_retryable contains a control character (U+0000, NUL) at position 5; "
+     "remove it."),
+    (api.schedule_cron, {"cron": "0\t* * * *"}, "cron",
+     "cron contains a control character (U+0009, tab) at position 1; remove it."),
+    (api.schedule_cron, {"cron": "0 * * * *", "timezone": "UTC\x00"}, "timezone",
+     "timezone contains a control character (U+0000, NUL) at position 3; remove it."),
+])
+def test_a_control_character_in_a_text_argument_is_refused(tenant, redis_client, schedule,
+                                                            kwargs, field, message):
+    with pytest.raises(InvalidJob) as error:
+        schedule("chrono.noop", tenant=tenant, **kwargs)
+    assert (error.value.field, error.value.message) == (field, message)
+    assert not Job.objects.exists()
+
+
+def test_a_control_character_in_the_task_name_or_a_new_schedule_is_refused(tenant, redis_client):
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once("chrono.noop\x1b", tenant=tenant, delay=1)
+    assert error.value.field == "task_name"
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once_many("chrono.noop", tenant=tenant, fire_times=[], name="\x00")
+    assert error.value.field == "name"
+    job = api.schedule_cron("chrono.noop", tenant=tenant, cron="0 * * * *")
+    with pytest.raises(InvalidJob) as error:
+        api.reschedule(job.job_id, tenant=tenant, cron="5\x00 * * * *")
+    assert error.value.field == "cron"
+    job.refresh_from_db()
+    assert job.cron_expression == "0 * * * *"
+
+
+def test_the_payload_limit_is_the_rest_apis(tenant, redis_client):
+    from tests.integration.test_api_validation import LIMIT, payload_of
+
+    api.schedule_once("chrono.noop", tenant=tenant, delay=1, kwargs=payload_of(LIMIT))
+    with pytest.raises(PayloadTooLarge) as error:
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, kwargs=payload_of(LIMIT + 1))
+    assert error.value.message == (
+        f"args and kwargs are {LIMIT + 1} bytes as JSON; the limit is {LIMIT} bytes. Pass a "
+        "reference (an id, a URL) instead of the data itself.")
+    assert Job.objects.count() == 1
+
+
+def test_an_integer_outside_64_bits_is_refused_naming_its_path(tenant, redis_client):
+    with pytest.raises(InvalidJob) as error:
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, kwargs={"ids": [1, 2**64]})
+    assert (error.value.field, error.value.message) == ("kwargs", (
+        "kwargs.ids[1] is 18446744073709551616, outside the signed 64-bit integer range "
+        "(-9223372036854775808 to 9223372036854775807); send it as a string."))
+    with pytest.raises(InvalidJob, match=r"args\[0\] is an integer of 1506 digits, outside"):
+        api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=[-(10**1505)])
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=[2**63 - 1, -(2**63)])
+    job.refresh_from_db()
+    assert job.args == [2**63 - 1, -(2**63)]

@@ -20,16 +20,25 @@ TEXT = st.one_of(
 )
 JSON_VALUE = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+    | st.sampled_from([2**53, 2**63, -(2**63) - 1, 2**64, 10**30])
     | TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=12,
 )
+# Cron expressions with digits of other scripts (str.isdigit() accepts them), Unicode spaces
+# and control characters, next to valid ones.
+CRON = st.one_of(
+    st.sampled_from(["*/5 * * * *", "0 0 * * 5", "@daily", "² * * * *", "٣ * * * *",
+                     "0\u2003* * * *", "0 0 1-³ * *", "*/٥ * * * *", "0\t* * * *"]),
+    st.lists(st.sampled_from(["*", "0", "5", "1-3", "*/2", "²", "٣", "jan", "ｊan", ""]),
+             min_size=4, max_size=7).map(" ".join),
+)
 FIELD_VALUE = st.one_of(
-    TEXT, JSON_VALUE, st.integers(-5, validation.MAX_AHEAD_MS + 5),
+    TEXT, JSON_VALUE, CRON, st.integers(-5, validation.MAX_AHEAD_MS + 5),
     st.sampled_from([0, validation.MAX_AHEAD_MS, validation.MAX_AHEAD_MS + 1, True, 1.0]),
 )
 KEYS = st.sampled_from(["job_type", "name", "queue", "args", "kwargs", "delay_ms", "run_at",
-                        "timezone", "max_retries", "jitter_ms", "job-type"])
+                        "timezone", "max_retries", "jitter_ms", "job-type", "cron_expression"])
 # Mostly plain items, each field sometimes wrong, sometimes with a field the fast path leaves
 # to the rules; and anything at all.
 DELAY = st.one_of(st.integers(0, 10**9), FIELD_VALUE)

@@ -1331,3 +1331,53 @@ def test_format_fire_time_drops_milliseconds() -> None:
 def test_format_fire_time_rejects_an_unknown_time_zone() -> None:
     with pytest.raises(UnknownTimeZone):
         format_fire_time(0, "Mars/Olympus")
+
+
+# Only ASCII: str.isdigit() also accepts superscripts (which int() refuses) and other scripts'
+# digits (which int() reads), so each would either crash the parser or be stored as written.
+
+
+@pytest.mark.parametrize(
+    ("expression", "field", "message"),
+    [
+        ("² * * * *", "minute", "minute field '²' uses '²' (U+00B2 SUPERSCRIPT TWO), which "
+         "is not ASCII; write numbers with the digits 0-9 and names in English letters"),
+        ("٣ * * * *", "minute", "minute field '٣' uses '٣' (U+0663 ARABIC-INDIC DIGIT "
+         "THREE), which is not ASCII"),
+        ("0 １２ * * *", "hour", "hour field '１２' uses '１' (U+FF11 FULLWIDTH DIGIT ONE)"),
+        ("*/٥ * * * *", "minute", "minute field '*/٥' uses '٥'"),
+        ("0 0 1-³ * *", "day_of_month", "day-of-month field '1-³' uses '³'"),
+        ("0 0 * * ５", "day_of_week", "day-of-week field '５' uses '５'"),
+        ("0 0 * ｊan *", "month", "month field 'ｊan' uses 'ｊ'"),
+        ("⁵ 0 * * * *", "second", "second field '⁵' uses '⁵'"),
+        ("0 0 * * * ²", "day_of_week", "day-of-week field '²' uses '²'"),
+        ("@daily²", "expression", "'@daily²' uses '²' (U+00B2 SUPERSCRIPT TWO), which is "
+         "not ASCII"),
+        ("0 0 * ²", "expression", "'²' uses '²' (U+00B2 SUPERSCRIPT TWO)"),
+    ],
+)
+def test_a_character_that_is_not_ascii_is_refused_naming_its_field(
+    expression: str, field: str, message: str | None
+) -> None:
+    with pytest.raises(InvalidCronExpression) as caught:
+        parse_cron(expression)
+
+    assert caught.value.field == field
+    if message is not None:
+        assert message in str(caught.value)
+
+
+def test_a_space_that_is_not_ascii_is_refused_rather_than_read_as_a_separator() -> None:
+    with pytest.raises(InvalidCronExpression) as caught:
+        parse_cron("0\u2003* * * *")
+
+    assert caught.value.field == "expression"
+    assert str(caught.value) == (
+        "'0\u2003*' uses '\u2003' (U+2003 EM SPACE), a space that is not ASCII; separate the "
+        "fields with ordinary spaces")
+
+
+@pytest.mark.parametrize("separator", ["\x1c", "\x1f", "\x85", "\xa0"])
+def test_only_ascii_white_space_separates_fields(separator: str) -> None:
+    with pytest.raises(InvalidCronExpression):
+        parse_cron(separator.join("0 * * * *".split()))
