@@ -18,7 +18,7 @@ RESTORE_TRACEBACKS = "UPDATE chrono_execution SET error = traceback WHERE traceb
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0008_execution_rollups'),
+        ('scheduler', '0009_execution_ends'),
     ]
 
     operations = [
