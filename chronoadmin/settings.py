@@ -113,6 +113,7 @@ SPECTACULAR_SETTINGS = {
         "ExecutionStatusEnum": "scheduler.models.ExecutionStatus",
         "OverlapPolicyEnum": "scheduler.models.OverlapPolicy",
         "MisfirePolicyEnum": "scheduler.models.MisfirePolicyChoice",
+        "WorkflowRunStatusEnum": "workflows.models.WorkflowRunStatus",
     },
     "PREPROCESSING_HOOKS": ["chronoadmin.api.schema.exclude_aliases"],
     "POSTPROCESSING_HOOKS": [

@@ -134,7 +134,7 @@ def test_the_migration_moves_the_tracebacks_rows_held_in_error(tenant):
 
     from django.db import connection
 
-    migration = importlib.import_module("scheduler.migrations.0009_execution_traceback")
+    migration = importlib.import_module("scheduler.migrations.0010_execution_traceback")
     job = api.schedule_once("billing.charge", tenant=tenant, delay=60)
     whole = ('Traceback (most recent call last):\n  File "/srv/billing/tasks.py", line 3, in '
              "charge\nbilling.errors.CardDeclined: card 4242 declined\n")
