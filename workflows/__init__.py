@@ -1,1 +1,2 @@
-"""Workflow definitions, runs and the DAG engine (not built yet: see the open workflow issue)."""
+"""Workflows: definitions and their versions, runs, the pure evaluator of the DAG rules and the
+engine that runs steps as Chrono jobs (docs/workflows.md)."""

@@ -64,7 +64,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -547,8 +547,9 @@ class WorkflowDefinition:
         return self._graph.by_key[key]
 
     @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self._graph.by_key)
+    def keys(self) -> KeysView[str]:
+        """The step keys, in definition order (set-like: compares with a dict's keys)."""
+        return self._graph.by_key.keys()
 
     @property
     def order(self) -> tuple[str, ...]:

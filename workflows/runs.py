@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from workflows.definitions import WorkflowDefinition
@@ -239,7 +240,17 @@ class Evaluation:
     retries: tuple[RetryScheduled, ...] = ()
     stops: tuple[StopStep, ...] = ()
     branch_choices: tuple[BranchChoice, ...] = ()
-    waiting: Mapping[str, Reason] = field(default_factory=dict)
+    definition: WorkflowDefinition | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def waiting(self) -> Mapping[str, Reason]:
+        """Why each step that has not ended is waiting (computed when first read: the engine
+        reads it when it shows a run, not on every event)."""
+        from workflows.evaluation import waiting_reasons  # evaluation builds Evaluations
+
+        if self.definition is None:
+            return {}
+        return waiting_reasons(self.definition, self.state)
 
     @property
     def run_status(self) -> RunStatus:
