@@ -66,6 +66,18 @@ class ChronoConfig:
     # A running execution asked to cancel gets SoftTimeLimitExceeded at once, and its process
     # is killed if it still runs this long after.
     cancel_grace_ms: int = 10_000
+    # An execution DISPATCHED for longer than this to a queue that has no consumer is flagged
+    # (its reason says so, a metric counts it) by the reaper, which looks every
+    # undelivered_check_interval_ms; the flag clears when a consumer appears or the run starts.
+    undelivered_flag_after_ms: int = 60_000
+    undelivered_check_interval_ms: int = 5_000
+
+    # Probe port of the beat, worker, reaper and indexer (/metrics for Prometheus, /health for a
+    # supervisor; docs/operations.md): 0 serves none. Each command's --metrics-port wins.
+    metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
+    # When set, the web process's /metrics asks for "Authorization: Bearer <token>".
+    metrics_bearer_token: str = ""
 
     # Tests: the database Django's test runner creates, and the Redis database the tests use,
     # so that several test runs on one machine do not trample each other.
@@ -139,6 +151,9 @@ class ChronoConfig:
             ("indexer_poll_interval_ms", 10),
             ("indexer_max_backoff_ms", 100),
             ("indexer_in_doubt_grace_ms", 0),
+            ("undelivered_flag_after_ms", 1_000),
+            ("undelivered_check_interval_ms", 100),
+            ("metrics_port", 0),
         ):
             if getattr(self, name) < low:
                 raise ConfigError(f"CHRONO_{name.upper()} must be at least {low}")
@@ -161,6 +176,9 @@ class ChronoConfig:
                 f"CHRONO_AUDIT_NAMESPACE={self.audit_namespace!r} must be 1 to 64 lowercase "
                 "letters, digits or underscores (it ends the data stream's name)"
             )
+        if self.metrics_port > 65_535:
+            raise ConfigError(f"CHRONO_METRICS_PORT={self.metrics_port} is not a TCP port "
+                              "(0 to 65535; 0 serves none)")
         if self.lookahead_ms >= self.ack_deadline_ms:
             raise ConfigError("CHRONO_LOOKAHEAD_MS must be smaller than CHRONO_ACK_DEADLINE_MS")
 
