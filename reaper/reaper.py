@@ -9,7 +9,10 @@ Every ``reaper_interval_ms``:
    after its last one: a poison job that kills every worker ends there too), with the fencing
    token bumped so the lost run's late result is refused;
 3. attempts waiting to be retried whose retry time passed long ago (the process that should have
-   sent them died) are sent again.
+   sent them died) are sent again;
+4. every ``undelivered_check_interval_ms``, executions waiting longer than
+   ``undelivered_flag_after_ms`` on a queue without consumers are flagged
+   (:mod:`reaper.undelivered`).
 
 Every change is a conditional update and the rows are taken with ``FOR UPDATE SKIP LOCKED``, so
 several reapers can run at once; each attempt is sent by the one that changed it.
@@ -19,16 +22,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import redis
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from chronoadmin.config import ChronoConfig
+from chronoadmin.probe import Progress
+from reaper.undelivered import check_undelivered
 from scheduler.attempts import ATTEMPT_COLUMNS, AttemptRow, Outcome, end_attempt, send_attempt
 from scheduler.cancellation import settle_cancelled_lost
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.dispatch import DispatchError, Publisher
+from scheduler.queue_stats import BrokerUnavailable, QueueInspector
 from scheduler.retry import effective_policy
 from scheduler.timers import TimerStore
 from search import audit
@@ -38,6 +45,7 @@ MAX_BACKOFF_S = 10.0
 
 log = logging.getLogger("chrono.reaper")
 
+
 @dataclass
 class ReaperCounters:
     workers_down: int = 0
@@ -46,16 +54,25 @@ class ReaperCounters:
     dead_lettered: int = 0
     resent: int = 0
     cancelled: int = 0
+    failed_iterations: int = 0
+    # Per queue: executions flagged as undelivered, and flags taken off (a consumer came).
+    undelivered_flagged: Counter[str] = field(default_factory=Counter)
+    undelivered_cleared: Counter[str] = field(default_factory=Counter)
 
 
 class Reaper:
     """``run()`` blocks until ``stop()``."""
 
-    def __init__(self, *, config: ChronoConfig, publisher: Publisher, store: TimerStore) -> None:
+    def __init__(self, *, config: ChronoConfig, publisher: Publisher, store: TimerStore,
+                 inspector: QueueInspector | None = None) -> None:
         self.config = config
         self.publisher = publisher
         self.store = store
+        self.inspector = inspector or QueueInspector(config.broker_url)
         self.counters = ReaperCounters()
+        # Marked after every pass that went through: the probe's /health.
+        self.progress = Progress("pass", stale_after_ms=stale_after_ms(config))
+        self._next_undelivered_check_ms = 0
         self._stopping = threading.Event()
 
     def stop(self) -> None:
@@ -67,20 +84,35 @@ class Reaper:
         while not self._stopping.is_set():
             try:
                 self.run_once()
+                self.progress.mark()
                 backoff_s = 0.5
                 self._stopping.wait(self.config.reaper_interval_ms / 1000)
-            except (DatabaseError, redis.RedisError, DispatchError, OSError) as exc:
+            except (DatabaseError, redis.RedisError, DispatchError, BrokerUnavailable,
+                    OSError) as exc:
+                self.counters.failed_iterations += 1
                 log.error("reaper iteration failed, retrying in %.1f s: %r", backoff_s, exc)
                 close_old_connections()
                 self._stopping.wait(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
         self.publisher.close()
+        self.inspector.close()
 
     def run_once(self) -> None:
         self.mark_dead_workers()
         while self.reap_lost() == BATCH:
             pass
         self.resend_overdue_retries()
+        if now_ms() >= self._next_undelivered_check_ms:
+            self.check_undelivered()
+
+    def check_undelivered(self) -> None:
+        """Flag the executions that wait too long on queues without consumers."""
+        now = now_ms()
+        self._next_undelivered_check_ms = now + self.config.undelivered_check_interval_ms
+        report = check_undelivered(inspector=self.inspector, now_ms=now,
+                                   flag_after_ms=self.config.undelivered_flag_after_ms)
+        self.counters.undelivered_flagged.update(report.flagged)
+        self.counters.undelivered_cleared.update(report.cleared)
 
     def mark_dead_workers(self) -> list[str]:
         silence_ms = (self.config.worker_heartbeat_interval_ms
@@ -173,3 +205,9 @@ class Reaper:
         self.counters.resent += len(rows)
         log.warning("re-sent %d attempts whose sender never did", len(rows))
         return len(rows)
+
+
+def stale_after_ms(config: ChronoConfig) -> int:
+    """How long a reaper may go without a pass before its /health says 503: five intervals,
+    and at least the longest back-off after failures (a failed pass or two is not yet ill)."""
+    return max(5 * config.reaper_interval_ms, int(MAX_BACKOFF_S * 1000) + config.reaper_interval_ms)

@@ -25,6 +25,17 @@ from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
 from search import audit
 
 RESULT_REPR_LIMIT = 4_096
+# The reaper flags an execution that waits on a queue nobody consumes with a reason starting so
+# (:mod:`reaper.undelivered`), in front of any reason it had (a retry's "lost on …"); its start
+# takes the flag off again: it was delivered after all.
+UNDELIVERED_REASON_PREFIX = "no consumer on queue "
+UNDELIVERED_FLAG_PATTERN = "^no consumer on queue .*? for [0-9.]+ s(; |$)"
+
+
+def unflagged_reason_sql(column: str) -> str:
+    """SQL of ``column`` (an execution's reason) without the reaper's undelivered flag."""
+    return (f"CASE WHEN starts_with({column}, '{UNDELIVERED_REASON_PREFIX}') THEN "
+            f"regexp_replace({column}, '{UNDELIVERED_FLAG_PATTERN}', '') ELSE {column} END")
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +260,8 @@ def _result_json(result: object) -> str | None:
 _START_ONE_SQL = (
     "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %(worker_id)s, "
     "started_at = %(started_at)s, lease_expires_at = %(lease_expires_at)s, "
-    "fencing_token = fencing_token + 1 "
+    "fencing_token = fencing_token + 1, "
+    f"reason = {unflagged_reason_sql('reason')} "
     "WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s "
     "AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
     "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
@@ -261,7 +273,8 @@ _START_SQL = _batched(
     "lease_expires_at::timestamptz",
     "UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
     "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
-    "fencing_token = e.fencing_token + 1 {rows} "
+    "fencing_token = e.fencing_token + 1, "
+    f"reason = {unflagged_reason_sql('e.reason')} {{rows}} "
     "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
     "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
     "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.started_at, "

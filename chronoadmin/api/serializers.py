@@ -321,7 +321,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
         fields = (
             "execution_id", "job_id", "attempt", "status", "worker_id", "scheduled_for",
             "dispatched_at", "started_at", "finished_at", "exit_code", "result", "error",
-            "logs_url",
+            "reason", "logs_url",
         )  # fmt: skip
         read_only_fields = fields
 
