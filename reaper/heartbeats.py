@@ -17,6 +17,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from chronoadmin.config import get_config
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.metrics import heartbeat_progress
 from search import audit
 
 log = logging.getLogger("chrono.worker")
@@ -71,6 +72,7 @@ class HeartbeatThread(threading.Thread):
                 beat_heart(self.worker_id, queue_name=self.queue_name,
                            event=None if up_recorded else audit.WORKER_UP)
                 up_recorded = True
+                heartbeat_progress().mark()  # the worker's /health
             except DatabaseError as exc:
                 log.error("heartbeat of %s failed, retrying: %r", self.worker_id, exc)
                 close_old_connections()

@@ -39,7 +39,8 @@ from django.db import (
 )
 
 from chronoadmin.config import ChronoConfig
-from scheduler import occurrences
+from chronoadmin.probe import Progress
+from scheduler import metrics, occurrences
 from scheduler.attempts import (
     RETRY_TIMER_SEPARATOR,
     load_waiting,
@@ -108,8 +109,10 @@ class BeatCounters:
             self.phase_ms[phase] += (time.perf_counter() - started) * 1000
 
     def note_lateness(self, lateness_ms: Iterable[int]) -> None:
-        self.dispatch_lateness_ms.extend(lateness_ms)
+        values = list(lateness_ms)
+        self.dispatch_lateness_ms.extend(values)
         del self.dispatch_lateness_ms[:-10_000]
+        metrics.observe_dispatch_lateness(values)
 
     def summary(self) -> str:
         lateness = sorted(self.dispatch_lateness_ms)
@@ -146,6 +149,8 @@ class Beat:
         )
         self.wheel = TimingWheel(start_ms=clock(), tick_ms=config.tick_ms)
         self.counters = BeatCounters()
+        # Marked after every iteration of the loop that went through: the probe's /health.
+        self.progress = Progress("loop", stale_after_ms=metrics.beat_stale_after_ms(config))
         self._wakeup = threading.Event()
         self.recorder = Recorder(store, self.counters, wake=self._wakeup.set)
         # The publisher is the firer's; retries sent from timers take it under this lock.
@@ -182,6 +187,7 @@ class Beat:
             while not self._stopping.is_set():
                 try:
                     self.run_once()
+                    self.progress.mark()
                     backoff_s = 0.1
                 except (redis.RedisError, DatabaseError, DispatchError, OSError) as exc:
                     self.counters.failed_iterations += 1

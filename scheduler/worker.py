@@ -27,7 +27,7 @@ from django.db import DatabaseError, connection
 
 from chronoadmin.config import get_config
 from reaper.leases import lease_keeper
-from scheduler import rollups
+from scheduler import metrics, rollups
 from scheduler.attempts import (
     end_attempt,
     fail_unregistered_task,
@@ -110,14 +110,18 @@ class ChronoTask(Task):
         except DatabaseError as exc:
             # Nothing ran: the message goes back to the queue rather than being acknowledged.
             log.error("could not start execution %s, message requeued: %r", execution_id, exc)
+            metrics.count_outcome("requeued")
             raise Reject(exc, requeue=True) from exc
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
+            metrics.count_outcome("not_startable")
             return None
         counted = rollups.recorder()
         tenant_id = str(getattr(self.request, "chrono_tenant_id", "") or rollups.ALL_TENANTS)
         fire_ms = int(getattr(self.request, "chrono_fire_ms", 0) or request.at_ms)
         counted.note_started(request.at_ms, tenant_id, self.name, request.at_ms - fire_ms)
+        if request.attempt == 1:
+            metrics.observe_start_lateness(request.at_ms - fire_ms)
         keeper = lease_keeper()
         keeper.hold(execution_id, started.fencing_token)
         try:
@@ -127,7 +131,7 @@ class ChronoTask(Task):
             failed_ms = now_ms()
             counted.note_finished(failed_ms, tenant_id, self.name, succeeded=False,
                                   duration_ms=failed_ms - request.at_ms)
-            self._after_failure(started, exc)
+            metrics.count_outcome(self._after_failure(started, exc))
             raise
         keeper.release(execution_id)
         finish = FinishRequest(started, ExecutionStatus.SUCCEEDED, result=result, exit_code=0,
@@ -140,15 +144,18 @@ class ChronoTask(Task):
             # The run stays RUNNING until its lease expires; the reaper then applies the
             # retry policy (at least once: it may run again).
             log.error("could not record the success of %s: %r", execution_id, exc)
+            metrics.count_outcome("unrecorded")
             return result
         if not recorded:
             log.warning("result of %s refused by the fencing check", execution_id)
+        metrics.count_outcome("succeeded" if recorded else "refused")
         return result
 
-    def _after_failure(self, started: StartedExecution, exc: Exception) -> None:
+    def _after_failure(self, started: StartedExecution, exc: Exception) -> str:
+        """Record a failed run (its retry policy decides what follows); the outcome's name."""
         if isinstance(exc, SoftTimeLimitExceeded) and finish_cancelled(started):
             log.info("execution %s cancelled while running", started.execution_id)
-            return
+            return "cancelled"
         error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
         outcome = end_attempt(
             started.execution_id,
@@ -163,10 +170,10 @@ class ChronoTask(Task):
         )
         if outcome is None:
             log.warning("failure of %s refused by the fencing check", started.execution_id)
-            return
+            return "refused"
         if outcome.status != "RETRY_WAIT":
             log.info("execution %s ended %s", started.execution_id, outcome.status)
-            return
+            return metrics.outcome_of_status(outcome.status)
         from scheduler.api import timer_store
 
         try:
@@ -176,9 +183,10 @@ class ChronoTask(Task):
             # The reaper republishes RETRY_WAIT executions whose retry time has long passed.
             log.error("could not send attempt %d of %s (the reaper will): %r", outcome.attempt,
                       started.execution_id, exc_send)
-            return
+            return "retrying"
         log.info("execution %s: attempt %d in %d ms (%s)", started.execution_id,
                  outcome.attempt, outcome.delay_ms, how)
+        return "retrying"
 
     def _retry_policy(self) -> RetryPolicy:
         raw = getattr(self.request, "chrono_retry_policy", None)
@@ -224,6 +232,7 @@ def _fail_unregistered_task(sender: object = None, message: object = None, name:
                   name, execution_id, exc)
         return
     if ended:
+        metrics.count_outcome("unregistered")
         log.error("execution %s FAILED: task %r is not registered on this worker (%s)",
                   execution_id, name, worker_id)
     else:

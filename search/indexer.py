@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
+from chronoadmin.probe import Progress
 from search.client import BulkItemResult, BulkOutcome, SearchClient
 from search.documents import OutboxRow, build_document
 from search.errors import SearchError
@@ -93,6 +94,9 @@ class IndexerCounters:
     failed_iterations: int = 0
     pruned: int = 0
     bytes_sent: int = 0
+    # Age of the oldest row of the last batch when it was read (0 when nothing was waiting):
+    # how late audit events reach the engine.
+    lag_s: float = 0.0
 
     def add(self, report: BatchReport) -> None:
         self.batches += 1
@@ -125,6 +129,8 @@ class Indexer:
         self.stream = stream or AuditStream.from_config(config)
         self.batch_size = batch_size or config.indexer_batch_size
         self.counters = IndexerCounters()
+        # Marked after every batch (or standby check) that went through: the probe's /health.
+        self.progress = Progress("batches", stale_after_ms=stale_after_ms(config))
         self._in_doubt: set[int] | None = None
         # When rows were last sent without an answer (this process's start, for a predecessor's).
         self._doubt_since = time.monotonic()
@@ -135,6 +141,11 @@ class Indexer:
 
     def stop(self) -> None:
         self._stopping.set()
+
+    @property
+    def active(self) -> bool:
+        """Whether this indexer holds the stream's lock (ships), rather than standing by."""
+        return self._locked
 
     @property
     def stopping(self) -> bool:
@@ -150,12 +161,14 @@ class Indexer:
         while not self.stopping:
             try:
                 if not self._hold_lock():
+                    self.progress.mark()
                     self._stopping.wait(STANDBY_RETRY_S)
                     continue
                 report = self.ship_once()
                 if time.monotonic() >= next_prune:
                     self.prune()
                     next_prune = time.monotonic() + PRUNE_INTERVAL_S
+                self.progress.mark()
             except (SearchError, DatabaseError, OSError) as exc:
                 self.counters.failed_iterations += 1
                 log.error("indexer batch failed, retrying in %.1f s: %r", backoff_s, exc)
@@ -233,6 +246,8 @@ class Indexer:
         """Ship the oldest unshipped rows, at most one batch; what happened."""
         in_doubt = self._load_in_doubt()
         rows = self._fetch()
+        self.counters.lag_s = (
+            (timezone.now() - rows[0].occurred_at).total_seconds() if rows else 0.0)
         report = BatchReport(read=len(rows))
         if not rows:
             return report
@@ -378,6 +393,12 @@ class Indexer:
                     break
         self.counters.pruned += total
         return total
+
+
+def stale_after_ms(config: ChronoConfig) -> int:
+    """How long an indexer may go without a batch (or a standby check) before its /health says
+    503: its longest back-off after failures plus a standby's wait, at least 10 s of it."""
+    return max(config.indexer_max_backoff_ms, 10_000) + int(STANDBY_RETRY_S * 1000)
 
 
 def _json(value: object) -> dict[str, Any]:

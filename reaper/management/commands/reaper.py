@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import signal
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from chronoadmin.config import get_config
+from chronoadmin.probe import ProbeError, add_metrics_port_argument, chosen_port
+from reaper.metrics import serve_reaper_probe
 from reaper.reaper import Reaper
 from scheduler.api import timer_store
 from scheduler.dispatch import Publisher
@@ -16,11 +18,20 @@ from scheduler.dispatch import Publisher
 class Command(BaseCommand):
     help = "Detect dead workers and expired execution leases; send their jobs again."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        add_metrics_port_argument(parser)
+
+    def handle(self, *args, metrics_port=None, **options):
         logging.getLogger("chrono").setLevel(logging.INFO)
         config = get_config()
         reaper = Reaper(config=config, store=timer_store(),
                         publisher=Publisher(config.broker_url, origin="chrono-reaper"))
+        try:
+            port = chosen_port(metrics_port, config.metrics_port)
+            if port:
+                serve_reaper_probe(reaper, port=port, address=config.metrics_address)
+        except ProbeError as exc:
+            raise CommandError(str(exc)) from None
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: reaper.stop())
         reaper.run()

@@ -7,13 +7,15 @@ import os
 import signal
 import socket
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from chronoadmin.config import get_config
+from chronoadmin.probe import ProbeError, add_metrics_port_argument, chosen_port
 from chronoadmin.runtime import freeze_startup_heap
 from scheduler.api import timer_store
 from scheduler.beat import Beat
 from scheduler.dispatch import Publisher
+from scheduler.metrics import serve_beat_probe
 
 
 class Command(BaseCommand):
@@ -25,8 +27,9 @@ class Command(BaseCommand):
             default=None,
             help="Stable id of this replica (default: <host>-<pid>).",
         )
+        add_metrics_port_argument(parser)
 
-    def handle(self, *args, replica_id=None, **options):
+    def handle(self, *args, replica_id=None, metrics_port=None, **options):
         logging.getLogger("chrono").setLevel(logging.INFO)
         replica_id = replica_id or f"{socket.gethostname()}-{os.getpid()}"
         config = get_config()
@@ -36,6 +39,12 @@ class Command(BaseCommand):
             store=timer_store(),
             publisher=Publisher(config.broker_url, origin=f"chrono-beat@{replica_id}"),
         )
+        try:
+            port = chosen_port(metrics_port, config.metrics_port)
+            if port:
+                serve_beat_probe(beat, port=port, address=config.metrics_address)
+        except ProbeError as exc:
+            raise CommandError(str(exc)) from None
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: beat.stop())
         freeze_startup_heap()

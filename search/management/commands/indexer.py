@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import signal
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from chronoadmin.config import get_config
+from chronoadmin.probe import ProbeError, add_metrics_port_argument, chosen_port
 from search.client import SearchClient
 from search.indexer import Indexer
+from search.metrics import serve_indexer_probe
 
 
 class Command(BaseCommand):
@@ -17,11 +19,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--batch-size", type=int, default=None,
                             help="outbox rows per _bulk request (CHRONO_INDEXER_BATCH_SIZE)")
+        add_metrics_port_argument(parser)
 
-    def handle(self, *args, batch_size: int | None = None, **options):
+    def handle(self, *args, batch_size: int | None = None, metrics_port: int | None = None,
+               **options):
         config = get_config()
         client = SearchClient.from_config(config)
         indexer = Indexer(client=client, config=config, batch_size=batch_size)
+        try:
+            port = chosen_port(metrics_port, config.metrics_port)
+            if port:
+                serve_indexer_probe(indexer, port=port, address=config.metrics_address)
+        except ProbeError as exc:
+            raise CommandError(str(exc)) from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: indexer.stop())
         try:
