@@ -1,19 +1,16 @@
-"""The live dashboard (an admin page whose script polls a JSON endpoint) and the health
-endpoint."""
+"""The live dashboard (an admin page whose script polls a JSON endpoint). The health endpoints
+are :mod:`chronoadmin.health`."""
 
 from __future__ import annotations
 
-import redis
 from django.contrib import admin
 from django.core.cache import cache
-from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from chronoadmin.config import get_config
 from chronoadmin.dashboard_data import dashboard_data
 from chronoadmin.models import Tenant
-from scheduler.api import timer_store
 
 # The page polls this often while it is visible; the server computes the figures at most once
 # per DASHBOARD_CACHE_S for each tenant filter, however many pages poll.
@@ -56,21 +53,3 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
         data["tenant"] = slug or None
         cache.set(key, data, DASHBOARD_CACHE_S)
     return JsonResponse(data)
-
-
-def health_view(request: HttpRequest) -> JsonResponse:
-    """200 when PostgreSQL and Redis answer, 503 naming the one that does not."""
-    checks: dict[str, str] = {}
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        checks["postgresql"] = "ok"
-    except DatabaseError as exc:
-        checks["postgresql"] = f"error: {exc}"
-    try:
-        timer_store().client.ping()
-        checks["redis"] = "ok"
-    except redis.RedisError as exc:
-        checks["redis"] = f"error: {exc}"
-    healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"healthy": healthy, "checks": checks}, status=200 if healthy else 503)

@@ -4,14 +4,16 @@ and its documentation pages (Swagger UI, ReDoc), and the pages for errors no vie
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
     SpectacularSwaggerView,
 )
 
-from chronoadmin.dashboard import dashboard_data_view, dashboard_view, health_view
+from chronoadmin.dashboard import dashboard_data_view, dashboard_view
+from chronoadmin.health import health_view, live_view
+from chronoadmin.metrics import metrics_view
 from search.api import AuditSearchView
 from search.views import audit_admin_view
 
@@ -22,6 +24,8 @@ urlpatterns = [
     path("admin/audit/", admin.site.admin_view(audit_admin_view), name="chrono-audit"),
     path("admin/", admin.site.urls),
     path("health/", health_view, name="chrono-health"),
+    re_path(r"^health/live/?$", live_view, name="chrono-live"),
+    path("metrics", metrics_view, name="chrono-metrics"),
     path("api/v1/audit/", AuditSearchView.as_view(), name="audit-search"),
     path("api/v1/", include("chronoadmin.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -281,6 +281,11 @@ class SearchClient:
         with suppress(SearchRequestError):
             self._request("DELETE", path)
 
+    def cluster_status(self) -> str:
+        """The cluster's health colour (``green``, ``yellow``, ``red``), by ``GET
+        _cluster/health``."""
+        return str(self._request("GET", "/_cluster/health").get("status", "unknown"))
+
     def refresh(self, target: str) -> None:
         """Make everything indexed into ``target`` so far visible to search and count."""
         self._request("POST", f"/{_name(target)}/_refresh")
