@@ -71,8 +71,9 @@ def cycle_of(chain: Sequence[str], name: str) -> tuple[str, ...] | None:
 @dataclass(frozen=True)
 class ChildOutcome:
     """What a child run's end does to its parent's step: an execution end's ``status``
-    (SUCCEEDED, FAILED or CANCELLED), with a ``result`` or an ``error`` (one line,
-    ``module.Class: text``, as a traceback's last line reads)."""
+    (SUCCEEDED, FAILED or CANCELLED), with a ``result`` or an ``error``: two lines, the error
+    type (``module.Class``) then what happened, read as a traceback's tail is (the engine takes
+    the type from the last line naming one, the summary from the last line)."""
 
     status: str
     result: Any = None
@@ -89,13 +90,13 @@ def child_outcome(definition: WorkflowDefinition, state: RunState, *, run_id: uu
     if status is RunStatus.CANCELLED:
         return ChildOutcome("CANCELLED")
     why = f": {reason_text}" if reason_text else ""
-    return ChildOutcome("FAILED", error=f"{CHILD_FAILED}: the sub-workflow run {run_id} of "
+    return ChildOutcome("FAILED", error=f"{CHILD_FAILED}\nthe sub-workflow run {run_id} of "
                                         f"{definition.name} ended {status}{why}")
 
 
 def leaf_results(definition: WorkflowDefinition, state: RunState) -> dict[str, Any]:
     """The results of the run's leaves (steps no other step depends on) that succeeded, by
     key, in the definition's order."""
-    parents = {p for key in definition.order for p in definition.step(key).parents}
+    leaves = set(definition.leaves)
     return {key: state.steps[key].result for key in definition.order
-            if key not in parents and state.steps[key].status is StepStatus.SUCCEEDED}
+            if key in leaves and state.steps[key].status is StepStatus.SUCCEEDED}

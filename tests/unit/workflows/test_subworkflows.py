@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from tests.unit.workflows.driver import Run, workflow
-from workflows.engine import parse_definition
+from workflows.engine import error_type_of, parse_definition
 from workflows.errors import DefinitionError
 from workflows.runs import RunState, StepRef
 from workflows.states import RunStatus, StepStatus
@@ -89,8 +89,9 @@ def test_a_failed_or_timed_out_child_fails_the_step_with_its_reason(status):
     outcome = child_outcome(DIAMOND, _ended_diamond(), run_id=RUN_ID, status=status,
                             reason_text="step `b` failed")
     assert outcome.status == "FAILED" and outcome.result is None
-    assert outcome.error == (f"{CHILD_FAILED}: the sub-workflow run {RUN_ID} of child ended "
+    assert outcome.error == (f"{CHILD_FAILED}\nthe sub-workflow run {RUN_ID} of child ended "
                              f"{status}: step `b` failed")
+    assert error_type_of(outcome.error) == CHILD_FAILED
 
 
 def test_a_cancelled_child_cancels_the_step():
