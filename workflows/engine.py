@@ -23,6 +23,34 @@ trigger) and notifies ``chrono_execution_end``. :class:`EngineListener` (a threa
 worker's main process) wakes on the notification, or every second, and :func:`apply_pending_ends`
 applies each run's ends under its lock and deletes them in the same transaction. Several
 listeners share the work (``SKIP LOCKED``); nothing is lost while none runs: the rows wait.
+
+**Sub-workflow steps** (:mod:`workflows.subworkflows`). Dispatching one starts a child run of
+the named workflow (latest version, same tenant) in the parent's transaction, under an
+idempotency key derived from (parent run, step, attempt), with ``parent_run_id`` and
+``parent_step`` (``key#attempt``) set, and marks the step RUNNING at once: it has started,
+and stopping the run must treat it as running. An unknown name, or a name already in the chain
+of parent runs (a cycle), ends the step FAILED with that reason instead; a step is not retried
+(``parse_definition`` refuses a retry policy): a run retried from failure starts a new child.
+
+The child's end comes back through the same outbox as an execution's: the child's final
+transaction inserts a ``chrono_execution_end`` row under the parent step's
+``task_job_id`` (mapped to the step by a ``WorkflowTask`` row written when the child started;
+no job exists) and notifies the channel, and the listener applies it to the parent like any
+step end, batched with the others, in the parent's own transaction. Why not advance the parent
+in the child's transaction: that would lock the parent row while holding the child's, and
+stopping a parent locks its children while holding its own (terminate, request_cancel), so
+the two would deadlock; with the outbox, locks are only ever taken parent → child. The row is
+written in the transaction that ends the child, so the end is applied exactly once (the row
+is deleted as it is applied; a late or duplicate end is refused by the evaluator's fencing).
+
+When the parent stops, each running sub_workflow step gets its parent-close policy:
+``terminate`` cancels the child run and ends the step CANCELLED in the same transaction, so the
+parent ends without waiting for the child's running steps to stop (the child's end, when it
+comes, is refused); ``request_cancel`` cancels the child the same way but leaves the step
+RUNNING until the child's end comes back, so the parent ends after its child and the step
+takes the child's outcome (SUCCEEDED if it finished first); ``abandon`` leaves the child
+running and the step CANCELLED. Both cancels are the same soft-then-hard stop of the child's
+steps: terminate is not a harder kill, only a parent that does not wait.
 """
 
 from __future__ import annotations

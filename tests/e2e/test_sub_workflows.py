@@ -6,14 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_workflows import (  # noqa: F401 (fixtures)
-    _statuses,
-    _step,
-    _step_log,
-    _wait_status,
-    prefork_workflow_platform,
-    workflow_platform,
-)
+from tests.e2e.test_workflows import _statuses, _step, _step_log, _wait_status
 from tests.helpers import wait_for
 from workflows import engine
 from workflows.inspection import run_steps
