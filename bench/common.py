@@ -10,8 +10,8 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from chronoadmin.config import get_config
 from chronoadmin.processes import ChronoProcess, ProcessGroup
+from chronocore.config import get_config
 from scheduler.sharding import shard_tag
 
 

@@ -16,7 +16,7 @@ import time
 from django.db import connection
 
 from bench.common import ensure_platform_ready, summarize_ms
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from reaper.heartbeats import beat_heart
 from reaper.models import Worker
 from reaper.reaper import Reaper

@@ -19,8 +19,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
 from django.db import close_old_connections  # noqa: E402
 
-from chronoadmin.config import get_config  # noqa: E402
-from chronoadmin.runtime import freeze_startup_heap  # noqa: E402
+from chronocore.config import get_config  # noqa: E402
+from chronocore.runtime import freeze_startup_heap  # noqa: E402
 from scheduler.dispatch import DISPATCH_EXCHANGE  # noqa: E402
 from scheduler.queues import chrono_queue, dispatch_exchange  # noqa: E402, F401
 

@@ -10,9 +10,9 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from chronoadmin.config import get_config
 from chronoadmin.dashboard_data import dashboard_data
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
 from scheduler.api import timer_store
 
 # The page polls this often while it is visible; the server computes the figures at most once

@@ -15,7 +15,7 @@ import threading
 from celery.signals import worker_ready, worker_shutdown
 from django.db import DatabaseError, close_old_connections, connection
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler.clock import ms_to_datetime, now_ms
 from search import audit
 

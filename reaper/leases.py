@@ -24,7 +24,7 @@ import uuid
 import redis
 from django.db import DatabaseError, close_old_connections, connection
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler.cancellation import CANCEL_CHANNEL
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import redis
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from chronoadmin.config import ChronoConfig
+from chronocore.config import ChronoConfig
 from scheduler.attempts import ATTEMPT_COLUMNS, AttemptRow, Outcome, end_attempt, send_attempt
 from scheduler.cancellation import settle_cancelled_lost
 from scheduler.clock import ms_to_datetime, now_ms

@@ -38,7 +38,7 @@ from django.db import (
     close_old_connections,
 )
 
-from chronoadmin.config import ChronoConfig
+from chronocore.config import ChronoConfig
 from scheduler import occurrences
 from scheduler.attempts import (
     RETRY_TIMER_SEPARATOR,

@@ -25,7 +25,7 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import task_unknown
 from django.db import DatabaseError, connection
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from reaper.leases import lease_keeper
 from scheduler import rollups
 from scheduler.attempts import (

@@ -38,7 +38,7 @@ from search.errors import SearchError
 from search.index_template import AuditStream, install
 
 if TYPE_CHECKING:
-    from chronoadmin.config import ChronoConfig
+    from chronocore.config import ChronoConfig
 
 log = logging.getLogger("chrono.indexer")
 

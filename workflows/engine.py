@@ -69,8 +69,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from chronoadmin.config import get_config
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
 from scheduler import api as scheduler_api
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.errors import JobNotFound

@@ -16,7 +16,7 @@ import uuid
 
 from django.db import models
 
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
 
 
 class WorkflowDefinitionVersion(models.Model):

@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
-# The URL defaults live in one place; chronoadmin.config imports nothing from Django.
-from chronoadmin.config import (
+from chronoadmin.services.errors import ServiceConfigError
+
+# The URL defaults live in one place; chronocore.config imports nothing from Django.
+from chronocore.config import (
     DEFAULT_BROKER_URL,
     DEFAULT_DATABASE_URL,
     DEFAULT_REDIS_URL,
     ChronoConfig,
 )
-from chronoadmin.services.errors import ServiceConfigError
 
 DEFAULT_DATA_DIR = "/var/lib/chrono"
 # A dataclass keeps a field's default as a class attribute: this is ChronoConfig's own default.

@@ -257,7 +257,7 @@ def test_search_url_must_be_plain_http_on_loopback_without_credentials():
 
 
 def test_search_url_default_is_the_one_of_chrono_config():
-    from chronoadmin.config import load_config
+    from chronocore.config import load_config
 
     assert services.DEFAULT_SEARCH_URL == load_config({}).search_url == "http://127.0.0.1:9200"
     assert load_config({"SEARCH_URL": "http://127.0.0.1:9201"}).search_url.endswith(":9201")

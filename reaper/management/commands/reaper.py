@@ -7,7 +7,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from reaper.reaper import Reaper
 from scheduler.api import timer_store
 from scheduler.dispatch import Publisher

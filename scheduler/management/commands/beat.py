@@ -9,8 +9,8 @@ import socket
 
 from django.core.management.base import BaseCommand
 
-from chronoadmin.config import get_config
-from chronoadmin.runtime import freeze_startup_heap
+from chronocore.config import get_config
+from chronocore.runtime import freeze_startup_heap
 from scheduler.api import timer_store
 from scheduler.beat import Beat
 from scheduler.dispatch import Publisher

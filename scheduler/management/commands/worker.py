@@ -6,7 +6,7 @@ import importlib
 
 from django.core.management.base import BaseCommand
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from search.client import SearchClient
 from search.indexer import Indexer
 

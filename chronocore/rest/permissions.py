@@ -5,8 +5,8 @@ from __future__ import annotations
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from chronoadmin.api.authentication import TenantClient
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
+from chronocore.rest.authentication import TenantClient
 
 
 def tenant_of(request: Request) -> Tenant | None:

@@ -14,9 +14,9 @@ import redis
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from chronoadmin.api.authentication import TenantClient
-from chronoadmin.config import get_config
-from scheduler.api import timer_store
+from chronocore.config import get_config
+from chronocore.redis_client import redis_client
+from chronocore.rest.authentication import TenantClient
 
 _SCRIPT = Path(__file__).with_name("lua") / "rate_limit.lua"
 KEY_PREFIX = "chrono:api:rate:"
@@ -24,7 +24,7 @@ KEY_PREFIX = "chrono:api:rate:"
 
 def api_redis() -> redis.Redis:
     """The Redis connection pool of this process (the timer store's: one pool, one server)."""
-    return timer_store().client
+    return redis_client()
 
 
 @cache

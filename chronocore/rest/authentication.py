@@ -2,7 +2,7 @@
 
 The prefix finds the key's row; the SHA-256 of the whole key is compared in constant time. A
 request authenticated this way has a :class:`TenantClient` as ``request.user`` and the
-:class:`~chronoadmin.models.ApiKey` as ``request.auth``. Staff users of the admin site use
+:class:`~chronocore.models.ApiKey` as ``request.auth``. Staff users of the admin site use
 DRF's session authentication instead (platform endpoints only).
 """
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from chronoadmin.models import ApiKey, Tenant, hash_api_key, split_api_key
+from chronocore.models import ApiKey, Tenant, hash_api_key, split_api_key
 
 # last_used_at is written at most this often per key, so authentication is not a write per request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
