@@ -25,10 +25,10 @@ from bench.common import (
     wait_for_beat,
     wait_for_worker,
 )
-from chronoadmin.processes import ChronoProcess, ProcessGroup
 from chronocore.config import DEFAULT_REDIS_URL, get_config
 from chronocore.models import Tenant
 from chronocore.redis_client import redis_client
+from localservices.processes import ChronoProcess, ProcessGroup
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.models import Execution

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from chronoadmin.processes import ProcessGroup
 from chronocore.config import DEFAULT_REDIS_URL, get_config, load_config
+from localservices.processes import ProcessGroup
 from scheduler.sharding import shard_tag
 
 
@@ -44,9 +44,9 @@ def _fresh_config():
 @pytest.fixture(scope="session")
 def services_up():
     """Fail (never skip) when PostgreSQL, Redis or RabbitMQ does not answer."""
-    from chronoadmin import services
+    import localservices
 
-    down = [name for name, ok in services.status().items() if not ok]
+    down = [name for name, ok in localservices.status().items() if not ok]
     if down:
         pytest.fail(f"services not answering: {', '.join(down)}; run `chrono services up`")
 

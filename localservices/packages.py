@@ -9,8 +9,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from chronoadmin.services.base import log, output_tail, run_command
-from chronoadmin.services.errors import ServiceInstallError
+from localservices.base import log, output_tail, run_command
+from localservices.errors import ServiceInstallError
 
 APT_TIMEOUT_S = 1200.0
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
@@ -35,7 +35,7 @@ def _init_scripts_blocked() -> Iterator[None]:
         yield
         return
     POLICY_RC_D.write_text(
-        "#!/bin/sh\n# Written by chronoadmin.services during apt-get install\nexit 101\n"
+        "#!/bin/sh\n# Written by localservices during apt-get install\nexit 101\n"
     )
     POLICY_RC_D.chmod(0o755)
     try:

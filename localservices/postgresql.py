@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from chronoadmin.services.base import (
+from localservices.base import (
     PROBE_TIMEOUT_S,
     chown_tree,
     holds_port,
@@ -27,8 +27,8 @@ from chronoadmin.services.base import (
     run_command,
     write_owned,
 )
-from chronoadmin.services.config import Endpoint
-from chronoadmin.services.errors import ServiceStartError, ServiceStopError
+from localservices.config import Endpoint
+from localservices.errors import ServiceStartError, ServiceStopError
 
 POSTGRES_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 

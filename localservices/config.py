@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from chronoadmin.services.errors import ServiceConfigError
-
 # The URL defaults live in one place; chronocore.config imports nothing from Django.
 from chronocore.config import (
     DEFAULT_BROKER_URL,
@@ -21,6 +19,7 @@ from chronocore.config import (
     DEFAULT_REDIS_URL,
     ChronoConfig,
 )
+from localservices.errors import ServiceConfigError
 
 DEFAULT_DATA_DIR = "/var/lib/chrono"
 # A dataclass keeps a field's default as a class attribute: this is ChronoConfig's own default.

@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chronoadmin.services.base import (
+from localservices.base import (
     PROBE_TIMEOUT_S,
     chown_tree,
     command_line,
@@ -38,10 +38,10 @@ from chronoadmin.services.base import (
     run_command,
     terminate,
 )
-from chronoadmin.services.config import Endpoint
-from chronoadmin.services.errors import ServiceStartError, ServiceStopError
+from localservices.config import Endpoint
+from localservices.errors import ServiceStartError, ServiceStopError
 
-LAUNCHER_DIR = Path(__file__).resolve().parents[2] / "search" / "launcher"
+LAUNCHER_DIR = Path(__file__).resolve().parents[1] / "search" / "launcher"
 MAIN_CLASS = "chrono.search.ChronoSearchNode"
 OS_USER = "chrono-search"
 # A cold build downloads about 50 MB of jars and Maven plugins into ~/.m2.

@@ -20,9 +20,9 @@ from pathlib import Path
 from string import Template
 from typing import Protocol
 
-from chronoadmin.services.errors import ServiceError
+from localservices.errors import ServiceError
 
-log = logging.getLogger("chronoadmin.services")
+log = logging.getLogger("localservices")
 
 POLL_INTERVAL_S = 0.25
 # A daemon writes its pid file a moment after its launcher returns; until then "not running"
@@ -265,8 +265,8 @@ def write_owned(path: Path, text: str, *, user: str, mode: int = 0o644) -> None:
 
 
 def render_template(template_name: str, **values: object) -> str:
-    """Fill in one of the ``chronoadmin/service_conf`` templates."""
-    text = resources.files("chronoadmin.service_conf").joinpath(template_name).read_text()
+    """Fill in one of the ``localservices/service_conf`` templates."""
+    text = resources.files("localservices.service_conf").joinpath(template_name).read_text()
     return Template(text).substitute({key: str(value) for key, value in values.items()})
 
 

@@ -1,10 +1,10 @@
-"""The exception family of ``chronoadmin.services``: every error it raises is a ServiceError."""
+"""The exception family of ``localservices``: every error it raises is a ServiceError."""
 
 from __future__ import annotations
 
 
 class ServiceError(Exception):
-    """Base class of every error ``chronoadmin.services`` raises."""
+    """Base class of every error ``localservices`` raises."""
 
 
 class ServiceConfigError(ServiceError, ValueError):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 
-from chronoadmin.services.base import (
+from localservices.base import (
     EVICTION_TIMEOUT_S,
     POLL_INTERVAL_S,
     STARTUP_GRACE_S,
@@ -29,13 +29,13 @@ from chronoadmin.services.base import (
     run_command,
     terminate,
 )
-from chronoadmin.services.config import ServicesConfig
-from chronoadmin.services.errors import PortBusyError, ServiceError, ServiceStartError
-from chronoadmin.services.packages import ensure_packages
-from chronoadmin.services.postgresql import PostgresService
-from chronoadmin.services.rabbitmq import RabbitMQService
-from chronoadmin.services.redis import RedisService
-from chronoadmin.services.search import SearchService
+from localservices.config import ServicesConfig
+from localservices.errors import PortBusyError, ServiceError, ServiceStartError
+from localservices.packages import ensure_packages
+from localservices.postgresql import PostgresService
+from localservices.rabbitmq import RabbitMQService
+from localservices.redis import RedisService
+from localservices.search import SearchService
 
 
 def registered_services(config: ServicesConfig) -> list[Service]:
@@ -161,7 +161,7 @@ def status(*, config: ServicesConfig | None = None) -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m chronoadmin.services up|down|status``; exit 1 on error or a service down."""
+    """``python -m localservices up|down|status``; exit 1 on error or a service down."""
     parser = argparse.ArgumentParser(prog="chrono services", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     args = parser.parse_args(argv)

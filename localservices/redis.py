@@ -12,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from chronoadmin.services.base import (
+from localservices.base import (
     PROBE_TIMEOUT_S,
     chown_tree,
     holds_port,
@@ -26,8 +26,8 @@ from chronoadmin.services.base import (
     wait_for_exit,
     write_owned,
 )
-from chronoadmin.services.config import Endpoint
-from chronoadmin.services.errors import ServiceStartError, ServiceStopError
+from localservices.config import Endpoint
+from localservices.errors import ServiceStartError, ServiceStopError
 
 
 @dataclass(kw_only=True)

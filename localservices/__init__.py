@@ -1,9 +1,9 @@
 """Install, start, stop and report Chrono's own PostgreSQL, Redis, RabbitMQ and search engine.
 
-``python -m chronoadmin.services up|down|status`` (wired as ``chrono services …``) gives a
+``python -m localservices up|down|status`` (wired as ``chrono services …``) gives a
 developer box, CI and the end-to-end tests the servers Chrono is built on, each as Chrono's own
 instance: its own data directory under ``CHRONO_DATA_DIR`` (default ``/var/lib/chrono``), its own
-generated configuration (templates in ``chronoadmin/service_conf/``), listening on loopback only,
+generated configuration (templates in ``localservices/service_conf/``), listening on loopback only,
 at the ports and with the credentials of ``DATABASE_URL``, ``REDIS_URL``, ``BROKER_URL`` and
 ``SEARCH_URL``. The search engine is an OpenSearch node built and started from the project's own
 Java launcher in ``search/launcher``.
@@ -19,8 +19,8 @@ Django code: it runs before settings and migrations exist.
 
 from __future__ import annotations
 
-from chronoadmin.services.base import Service, port_holders
-from chronoadmin.services.config import (
+from localservices.base import Service, port_holders
+from localservices.config import (
     DEFAULT_DATA_DIR,
     DEFAULT_SEARCH_URL,
     LOOPBACK_HOSTS,
@@ -31,7 +31,7 @@ from chronoadmin.services.config import (
     parse_redis_url,
     parse_search_url,
 )
-from chronoadmin.services.errors import (
+from localservices.errors import (
     PortBusyError,
     ServiceConfigError,
     ServiceError,
@@ -39,7 +39,7 @@ from chronoadmin.services.errors import (
     ServiceStartError,
     ServiceStopError,
 )
-from chronoadmin.services.lifecycle import (
+from localservices.lifecycle import (
     bring_up,
     down,
     free_ports,
@@ -48,11 +48,11 @@ from chronoadmin.services.lifecycle import (
     status,
     up,
 )
-from chronoadmin.services.packages import ensure_packages
-from chronoadmin.services.postgresql import PostgresService
-from chronoadmin.services.rabbitmq import RabbitMQService
-from chronoadmin.services.redis import RedisService
-from chronoadmin.services.search import SearchService
+from localservices.packages import ensure_packages
+from localservices.postgresql import PostgresService
+from localservices.rabbitmq import RabbitMQService
+from localservices.redis import RedisService
+from localservices.search import SearchService
 
 __all__ = [
     "DEFAULT_DATA_DIR",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import amqp
 
-from chronoadmin.services.base import (
+from localservices.base import (
     COMMAND_TIMEOUT_S,
     PROBE_TIMEOUT_S,
     chown_tree,
@@ -26,8 +26,8 @@ from chronoadmin.services.base import (
     terminate,
     write_owned,
 )
-from chronoadmin.services.config import Endpoint
-from chronoadmin.services.errors import ServiceStartError, ServiceStopError
+from localservices.config import Endpoint
+from localservices.errors import ServiceStartError, ServiceStopError
 
 RABBITMQ_BIN_DIR = Path("/usr/lib/rabbitmq/bin")
 RABBITMQ_NODE_NAME = "chrono@localhost"
