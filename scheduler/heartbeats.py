@@ -1,8 +1,10 @@
 """Worker heartbeats: every Chrono worker upserts its row in ``chrono_worker`` every few seconds.
 
 Runs in the worker's main process (not in the pool children), on its own thread, from the
-``worker_ready`` signal to ``worker_shutdown``. The reaper (to come) reads ``last_heartbeat_at``
-to tell live workers from dead ones.
+``worker_ready`` signal to ``worker_shutdown``; an app's Celery workers get it by listing
+``"scheduler.heartbeats"`` in the app's ``imports``. The reaper reads ``last_heartbeat_at`` to tell
+live workers from dead ones. The table is the reaper's ``Worker`` model; this side of it is one
+SQL upsert and imports nothing of the reaper's.
 """
 
 from __future__ import annotations
