@@ -28,6 +28,7 @@ demo: migrate
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 unit: install
 	$(BIN)/python -m pytest tests/unit -q

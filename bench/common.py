@@ -10,8 +10,8 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from chronoadmin.config import get_config
-from chronoadmin.processes import ChronoProcess, ProcessGroup
+from chronocore.config import get_config
+from localservices.processes import ChronoProcess, ProcessGroup
 from scheduler.sharding import shard_tag
 
 
@@ -32,9 +32,9 @@ def ensure_platform_ready() -> None:
     """Services up and schema migrated, as ``make demo`` would leave them."""
     from django.core.management import call_command
 
-    from chronoadmin import services
+    import localservices
 
-    services.up()
+    localservices.up()
     call_command("migrate", interactive=False, verbosity=0)
 
 

@@ -29,7 +29,7 @@ from django.db.models import QuerySet
 
 from bench.common import cpu_by_role, processes_on_cpus, queue_depth, rabbitmq_pids
 from bench.platform import bench_platform, lateness_report
-from chronoadmin.processes import wait_until
+from localservices.processes import wait_until
 from scheduler.clock import ms_to_datetime, now_ms
 
 

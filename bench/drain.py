@@ -19,7 +19,7 @@ from django.db.models import Count, Max, Min
 
 from bench.common import cpu_by_role, queue_depth
 from bench.platform import bench_platform
-from chronoadmin.processes import wait_until
+from localservices.processes import wait_until
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

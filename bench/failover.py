@@ -18,8 +18,8 @@ from datetime import timedelta
 
 from bench.common import queue_depth, summarize_ms
 from bench.platform import bench_platform
-from chronoadmin.config import get_config
-from chronoadmin.processes import wait_until
+from chronocore.config import get_config
+from localservices.processes import wait_until
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.sharding import shard_for
 

@@ -16,12 +16,12 @@ import time
 from django.db import connection
 
 from bench.common import ensure_platform_ready, summarize_ms
-from chronoadmin.config import get_config
-from reaper.heartbeats import beat_heart
+from chronocore.config import get_config
 from reaper.models import Worker
 from reaper.reaper import Reaper
 from scheduler.api import timer_store
 from scheduler.dispatch import Publisher
+from scheduler.heartbeats import beat_heart
 
 PREFIX = "bench-hb-"
 

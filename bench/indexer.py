@@ -26,8 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from bench.common import ensure_platform_ready, machine, process_group
-from chronoadmin.config import get_config
-from chronoadmin.processes import REPO_ROOT
+from chronocore.config import get_config
+from localservices.processes import REPO_ROOT
 from search.client import SearchClient
 from search.documents import OutboxRow, build_document
 from search.index_template import AuditStream, uninstall

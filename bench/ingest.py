@@ -25,8 +25,8 @@ import orjson
 
 from bench.common import ensure_platform_ready, machine, summarize_ms
 from bench.platform import clean_up, use_bench_redis_db
-from chronoadmin.models import ApiKey, Tenant
-from chronoadmin.processes import REPO_ROOT, ChronoProcess
+from chronocore.models import ApiKey, Tenant
+from localservices.processes import REPO_ROOT, ChronoProcess
 from scheduler.api import timer_store
 
 BENCH_TENANT = "bench-ingest"

@@ -25,9 +25,10 @@ from bench.common import (
     wait_for_beat,
     wait_for_worker,
 )
-from chronoadmin.config import DEFAULT_REDIS_URL, get_config
-from chronoadmin.models import Tenant
-from chronoadmin.processes import ChronoProcess, ProcessGroup
+from chronocore.config import DEFAULT_REDIS_URL, get_config
+from chronocore.models import Tenant
+from chronocore.redis_client import redis_client
+from localservices.processes import ChronoProcess, ProcessGroup
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.models import Execution
@@ -41,6 +42,7 @@ def use_bench_redis_db(db: int = BENCH_REDIS_DB) -> None:
     parts = urlsplit(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
     os.environ["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{db}"))
     get_config.cache_clear()
+    redis_client.cache_clear()
     api.timer_store.cache_clear()
 
 

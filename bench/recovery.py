@@ -18,7 +18,7 @@ import time
 from bench.common import summarize_ms, wait_for_worker
 from bench.platform import bench_platform
 from chronoadmin.builtin_tasks import BENCH_RUNS_KEY
-from chronoadmin.processes import wait_until
+from localservices.processes import wait_until
 from scheduler import api
 from scheduler.api import timer_store
 from scheduler.clock import datetime_to_ms, now_ms

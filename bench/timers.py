@@ -15,7 +15,7 @@ import random
 import time
 
 from bench.platform import bench_platform, lateness_report
-from chronoadmin.processes import wait_until
+from localservices.processes import wait_until
 from scheduler.api import timer_store
 from scheduler.clock import now_ms
 

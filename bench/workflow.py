@@ -27,7 +27,7 @@ from django.db.models import Count
 
 from bench.common import summarize_ms
 from bench.platform import bench_platform
-from chronoadmin.processes import wait_until
+from localservices.processes import wait_until
 from workflows import engine
 from workflows.models import WorkflowDefinitionVersion, WorkflowRun
 

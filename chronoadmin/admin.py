@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from chronoadmin.models import ApiKey, Tenant, generate_api_key, hash_api_key
+from chronocore.models import ApiKey, Tenant, generate_api_key, hash_api_key
 
 admin.site.site_header = "Chrono"
 admin.site.site_title = "Chrono admin"
@@ -48,7 +48,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
     def response_add(self, request, obj, post_url_continue=None):
-        return TemplateResponse(request, "admin/chronoadmin/apikey/issued.html", {
+        return TemplateResponse(request, "admin/chronocore/apikey/issued.html", {
             **self.admin_site.each_context(request),
             "title": "API key issued",
             "api_key": obj,

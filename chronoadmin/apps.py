@@ -1,4 +1,5 @@
-"""The chronoadmin Django app: tenancy, the admin site, the ``chrono`` command."""
+"""The chronoadmin Django app: the top of Chrono (admin site and dashboard, REST API, the
+``chrono`` command). Tenancy's models live below it, in :mod:`chronocore`."""
 
 from __future__ import annotations
 

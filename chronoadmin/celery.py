@@ -19,8 +19,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
 from django.db import close_old_connections  # noqa: E402
 
-from chronoadmin.config import get_config  # noqa: E402
-from chronoadmin.runtime import freeze_startup_heap  # noqa: E402
+from chronocore.config import get_config  # noqa: E402
+from chronocore.runtime import freeze_startup_heap  # noqa: E402
 from scheduler.dispatch import DISPATCH_EXCHANGE  # noqa: E402
 from scheduler.queues import chrono_queue, dispatch_exchange  # noqa: E402, F401
 
@@ -50,7 +50,7 @@ app.conf.update(
     # default): their messages go back to the queue, the worker-side start refuses the new
     # delivery while the lease is held, and the run goes on to record its result.
     worker_cancel_long_running_tasks_on_connection_loss=False,
-    imports=["chronoadmin.builtin_tasks", "reaper.heartbeats"],
+    imports=["chronoadmin.builtin_tasks", "scheduler.heartbeats"],
 )
 # Celery's Django fix-up closes every database connection before and after every task unless
 # this (old-style) key is set: a new PostgreSQL connection per task capped a worker near 150

@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     if argv[0] == "services":
-        from chronoadmin import services
+        import localservices
 
-        return services.main(argv[1:])
+        return localservices.main(argv[1:])
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
     from django.core.management import execute_from_command_line
 

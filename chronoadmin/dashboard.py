@@ -8,9 +8,9 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from chronoadmin.config import get_config
 from chronoadmin.dashboard_data import dashboard_data
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
 
 # The page polls this often while it is visible; the server computes the figures at most once
 # per DASHBOARD_CACHE_S for each tenant filter, however many pages poll.

@@ -22,7 +22,7 @@ import redis
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, JsonResponse
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler.queue_stats import BrokerUnavailable, QueueInspector
 from search.client import SearchClient
 from search.errors import SearchError

@@ -2,7 +2,7 @@
 
 The web process runs no loop of its own, so what it exposes is what it can read cheaply at scrape
 time; the beat, the worker, the reaper and the indexer expose what they do on their own probe
-ports (:mod:`chronoadmin.probe`). Every read here is bounded, whatever the size of the tables:
+ports (:mod:`chronocore.probe`). Every read here is bounded, whatever the size of the tables:
 
 * **Redis**: the timers of every shard (``ZCARD`` of each ``due`` and ``inflight`` set), the lease
   of every shard and the live beat replicas: two pipelined round trips;
@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
-from chronoadmin.config import get_config
 from chronoadmin.health import bounded_statements, queue_inspector, redis_client
+from chronocore.config import get_config
 from reaper.undelivered import waiting_queues
 from scheduler.clock import now_ms
 from scheduler.dispatch import retry_tier_name

@@ -1,4 +1,4 @@
-"""Django settings of Chrono, built from :mod:`chronoadmin.config` (read once from the environment).
+"""Django settings of Chrono, built from :mod:`chronocore.config` (read once from the environment).
 
 ``chronoadmin.settings_production`` extends these with the hardening ``manage.py check --deploy``
 asks for.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chronoadmin.config import database_settings, get_config
+from chronocore.config import database_settings, get_config
 
 CHRONO = get_config()
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "chronocore.apps.ChronoCoreConfig",
     "chronoadmin.apps.ChronoAdminConfig",
     "scheduler.apps.SchedulerConfig",
     "reaper.apps.ReaperConfig",
@@ -87,7 +88,7 @@ WHITENOISE_USE_FINDERS = True
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "chronoadmin.api.authentication.ApiKeyAuthentication",
+        "chronocore.rest.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -7,9 +7,9 @@ only, secure cookies, HSTS, and a secret key that must come from the environment
 
 from __future__ import annotations
 
-from chronoadmin.config import ConfigError
 from chronoadmin.settings import *  # noqa: F403
 from chronoadmin.settings import CHRONO
+from chronocore.config import ConfigError
 
 if CHRONO.secret_key.startswith("chrono-dev-insecure") or len(CHRONO.secret_key) < 50:
     raise ConfigError(

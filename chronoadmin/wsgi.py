@@ -17,7 +17,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from chronoadmin.runtime import freeze_startup_heap
+from chronocore.runtime import freeze_startup_heap
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 application = get_wsgi_application()

@@ -1,4 +1,4 @@
-"""The reaper Django app: workers and their heartbeats."""
+"""The reaper Django app: the worker registry (the `Worker` rows heartbeats keep) and the reaper."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reaper's series and health, for its probe port (:mod:`chronoadmin.probe`).
+"""The reaper's series and health, for its probe port (:mod:`chronocore.probe`).
 
 Every series is read from the reaper's own counters when Prometheus scrapes: the loop pays
 nothing for them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 
-from chronoadmin.probe import Check, CheckResult, ProbeServer, serve_probe
+from chronocore.probe import Check, CheckResult, ProbeServer, serve_probe
 from reaper.reaper import Reaper
 
 _COUNTS = (

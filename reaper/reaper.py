@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import redis
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
-from chronoadmin.config import ChronoConfig
-from chronoadmin.probe import Progress
+from chronocore.config import ChronoConfig
+from chronocore.probe import Progress
 from reaper.undelivered import check_undelivered
 from scheduler.attempts import ATTEMPT_COLUMNS, AttemptRow, Outcome, end_attempt, send_attempt
 from scheduler.cancellation import settle_cancelled_lost

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 from django.db import IntegrityError, transaction
 from django.utils import timezone as dj_timezone
 
-from chronoadmin.config import get_config
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
+from chronocore.redis_client import redis_client
 from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
@@ -45,8 +46,7 @@ TenantRef = Tenant | uuid.UUID | str
 @cache
 def timer_store() -> TimerStore:
     """This process's timer store (one Redis connection pool)."""
-    config = get_config()
-    return TimerStore.from_url(config.redis_url, shard_count=config.shard_count)
+    return TimerStore(redis_client(), shard_count=get_config().shard_count)
 
 
 def _tenant_id(tenant: TenantRef) -> uuid.UUID:

@@ -38,8 +38,8 @@ from django.db import (
     close_old_connections,
 )
 
-from chronoadmin.config import ChronoConfig
-from chronoadmin.probe import Progress
+from chronocore.config import ChronoConfig
+from chronocore.probe import Progress
 from scheduler import metrics, occurrences
 from scheduler.attempts import (
     RETRY_TIMER_SEPARATOR,

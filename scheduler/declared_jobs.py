@@ -21,8 +21,8 @@ from enum import StrEnum
 
 from django.db import transaction
 
-from chronoadmin.config import get_config
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
 from scheduler import api
 from scheduler.cron import parse_cron, validate_timezone
 from scheduler.errors import InvalidJob

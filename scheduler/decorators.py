@@ -56,7 +56,7 @@ from celery.app.task import Task
 from celery.local import Proxy
 from celery.signals import task_prerun
 
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
 from scheduler import api
 from scheduler.declared_jobs import CronJobSpec, as_json, idempotency_key, resolve_tenant
 from scheduler.errors import InvalidJob, JobNotFound

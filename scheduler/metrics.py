@@ -30,8 +30,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from chronoadmin.config import ChronoConfig, get_config
-from chronoadmin.probe import Check, CheckResult, ProbeServer, Progress, serve_probe
+from chronocore.config import ChronoConfig, get_config
+from chronocore.probe import Check, CheckResult, ProbeServer, Progress, serve_probe
 from scheduler import multiprocess_metrics
 
 if TYPE_CHECKING:

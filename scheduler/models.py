@@ -14,7 +14,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.functions import Now
 
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
 
 
 class JobStatus(models.TextChoices):

@@ -25,8 +25,7 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import task_unknown
 from django.db import DatabaseError, connection
 
-from chronoadmin.config import get_config
-from reaper.leases import lease_keeper
+from chronocore.config import get_config
 from scheduler import metrics, rollups
 from scheduler.attempts import (
     end_attempt,
@@ -46,6 +45,7 @@ from scheduler.executions import (
     start_executions,
 )
 from scheduler.failures import failure_error, failure_traceback
+from scheduler.leases import lease_keeper
 from scheduler.models import ExecutionStatus
 from scheduler.prepared import OwnConnection
 from scheduler.retry import RetryPolicy

@@ -21,9 +21,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chronoadmin.api.permissions import IsTenantClient, tenant_of
-from chronoadmin.api.throttling import TenantRateThrottle
-from chronoadmin.config import get_config
+from chronocore.config import get_config
+from chronocore.rest.permissions import IsTenantClient, tenant_of
+from chronocore.rest.throttling import TenantRateThrottle
 from search.audit import ACTIONS
 from search.client import SearchClient
 from search.errors import SearchNotFound, SearchRequestError, SearchUnavailable

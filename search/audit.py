@@ -33,7 +33,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from chronoadmin.pgcopy import NULL, copy_rows, escape
+from chronocore.pgcopy import NULL, copy_rows, escape
 
 AUDIT_TABLE = "search_auditevent"
 SYSTEM_ACTOR = "system"

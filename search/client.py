@@ -35,7 +35,7 @@ from search.errors import (
 )
 
 if TYPE_CHECKING:
-    from chronoadmin.config import ChronoConfig
+    from chronocore.config import ChronoConfig
 
 DEFAULT_URL = "http://127.0.0.1:9200"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
@@ -161,7 +161,7 @@ class SearchClient:
         """A client for ``config.search_url`` (``SEARCH_URL``; the process-wide config's by
         default)."""
         if config is None:
-            from chronoadmin.config import get_config
+            from chronocore.config import get_config
 
             config = get_config()
         options.setdefault("api_key", config.search_api_key or None)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from search.client import Engine, SearchClient
 
 if TYPE_CHECKING:
-    from chronoadmin.config import ChronoConfig
+    from chronocore.config import ChronoConfig
 
 log = logging.getLogger("chrono.indexer")
 
@@ -120,7 +120,7 @@ class AuditStream:
     @classmethod
     def from_config(cls, config: ChronoConfig | None = None) -> AuditStream:
         if config is None:
-            from chronoadmin.config import get_config
+            from chronocore.config import get_config
 
             config = get_config()
         return cls(config.audit_namespace)

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
-from chronoadmin.probe import Progress
+from chronocore.probe import Progress
 from search.client import BulkItemResult, BulkOutcome, SearchClient
 from search.documents import OutboxRow, build_document
 from search.errors import SearchError
 from search.index_template import AuditStream, install
 
 if TYPE_CHECKING:
-    from chronoadmin.config import ChronoConfig
+    from chronocore.config import ChronoConfig
 
 log = logging.getLogger("chrono.indexer")
 

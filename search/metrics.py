@@ -1,4 +1,4 @@
-"""The indexer's series and health, for its probe port (:mod:`chronoadmin.probe`).
+"""The indexer's series and health, for its probe port (:mod:`chronocore.probe`).
 
 Read from the indexer's own counters when Prometheus scrapes: the shipping loop pays nothing.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from chronoadmin.probe import Check, CheckResult, ProbeServer, serve_probe
+from chronocore.probe import Check, CheckResult, ProbeServer, serve_probe
 from search.indexer import Indexer
 
 _COUNTS = (

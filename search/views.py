@@ -13,8 +13,8 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from chronoadmin.config import get_config
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
 from search.api import SearchEngineUnavailable, run_search
 from search.audit import ACTIONS
 from search.index_template import AuditStream

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from chronoadmin.config import DEFAULT_REDIS_URL, get_config, load_config
-from chronoadmin.processes import ProcessGroup
+from chronocore.config import DEFAULT_REDIS_URL, get_config, load_config
+from localservices.processes import ProcessGroup
 from scheduler.sharding import shard_tag
 
 
@@ -30,10 +30,12 @@ os.environ["REDIS_URL"] = _test_redis_url()
 @pytest.fixture(scope="session", autouse=True)
 def _fresh_config():
     """Settings were built before this module set REDIS_URL: drop every cached config."""
-    from chronoadmin.config import get_config
+    from chronocore.config import get_config
+    from chronocore.redis_client import redis_client
     from scheduler.api import timer_store
 
     get_config.cache_clear()
+    redis_client.cache_clear()
     timer_store.cache_clear()
     assert get_config().redis_url.endswith(f"/{get_config().test_redis_db}")
     yield
@@ -42,9 +44,9 @@ def _fresh_config():
 @pytest.fixture(scope="session")
 def services_up():
     """Fail (never skip) when PostgreSQL, Redis or RabbitMQ does not answer."""
-    from chronoadmin import services
+    import localservices
 
-    down = [name for name, ok in services.status().items() if not ok]
+    down = [name for name, ok in localservices.status().items() if not ok]
     if down:
         pytest.fail(f"services not answering: {', '.join(down)}; run `chrono services up`")
 
@@ -61,14 +63,14 @@ def redis_client(services_up):
 
 @pytest.fixture
 def tenant(db):
-    from chronoadmin.models import Tenant
+    from chronocore.models import Tenant
 
     return Tenant.objects.create(slug="acme", name="Acme")
 
 
 @pytest.fixture
 def other_tenant(db):
-    from chronoadmin.models import Tenant
+    from chronocore.models import Tenant
 
     return Tenant.objects.create(slug="globex", name="Globex")
 

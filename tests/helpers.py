@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from chronoadmin.processes import wait_until
+from localservices.processes import wait_until
 from tests.e2e.tasks import ATTEMPTS_KEY, DELIVERIES_KEY, DELIVERY_LOG_KEY, RUNS_KEY
 
 FAST_FAILOVER = {

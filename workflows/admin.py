@@ -38,7 +38,8 @@ class WorkflowDefinitionAdmin(admin.ModelAdmin):
 
 def graph_of(run: WorkflowRun) -> dict:
     """Nodes (one per step, placed by depth) and edges of the run's definition, with each
-    step's state as the API shows it, for the page's script to draw."""
+    step's state as the API shows it, for the page's script to draw; a sub_workflow step's
+    node links to its child run's page (``child_url``)."""
     definition = engine.definition_of(run.definition)
     depth: dict[str, int] = {}
     for key in definition.order:
@@ -54,6 +55,8 @@ def graph_of(run: WorkflowRun) -> dict:
         nodes.append({
             **by_key[key], "depth": column, "row": rows.setdefault(column, 0),
             "kind": str(definition.step(key).kind),
+            "child_url": None if by_key[key]["child_run_id"] is None else reverse(
+                "admin:workflows_workflowrun_change", args=[by_key[key]["child_run_id"]]),
             "instances": len(instances),
             "instances_done": sum(1 for s in instances if s["status"] in (
                 "SUCCEEDED", "FAILED", "SKIPPED", "UPSTREAM_FAILED", "CANCELLED")),

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
 from workflows import engine
 from workflows.inspection import run_steps
 from workflows.models import WorkflowDefinitionVersion, WorkflowRun

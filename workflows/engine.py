@@ -23,6 +23,34 @@ trigger) and notifies ``chrono_execution_end``. :class:`EngineListener` (a threa
 worker's main process) wakes on the notification, or every second, and :func:`apply_pending_ends`
 applies each run's ends under its lock and deletes them in the same transaction. Several
 listeners share the work (``SKIP LOCKED``); nothing is lost while none runs: the rows wait.
+
+**Sub-workflow steps** (:mod:`workflows.subworkflows`). Dispatching one starts a child run of
+the named workflow (latest version, same tenant) in the parent's transaction, under an
+idempotency key derived from (parent run, step, attempt), with ``parent_run_id`` and
+``parent_step`` (``key#attempt``) set, and marks the step RUNNING at once: it has started,
+and stopping the run must treat it as running. An unknown name, or a name already in the chain
+of parent runs (a cycle), ends the step FAILED with that reason instead; a step is not retried
+(``parse_definition`` refuses a retry policy): a run retried from failure starts a new child.
+
+The child's end comes back through the same outbox as an execution's: the child's final
+transaction inserts a ``chrono_execution_end`` row under the parent step's
+``task_job_id`` (mapped to the step by a ``WorkflowTask`` row written when the child started;
+no job exists) and notifies the channel, and the listener applies it to the parent like any
+step end, batched with the others, in the parent's own transaction. Why not advance the parent
+in the child's transaction: that would lock the parent row while holding the child's, and
+stopping a parent locks its children while holding its own (terminate, request_cancel), so
+the two would deadlock; with the outbox, locks are only ever taken parent → child. The row is
+written in the transaction that ends the child, so the end is applied exactly once (the row
+is deleted as it is applied; a late or duplicate end is refused by the evaluator's fencing).
+
+When the parent stops, each running sub_workflow step gets its parent-close policy:
+``terminate`` cancels the child run and ends the step CANCELLED in the same transaction, so the
+parent ends without waiting for the child's running steps to stop (the child's end, when it
+comes, is refused); ``request_cancel`` cancels the child the same way but leaves the step
+RUNNING until the child's end comes back, so the parent ends after its child and the step
+takes the child's outcome (SUCCEEDED if it finished first); ``abandon`` leaves the child
+running and the step CANCELLED. Both cancels are the same soft-then-hard stop of the child's
+steps: terminate is not a harder kill, only a parent that does not wait.
 """
 
 from __future__ import annotations
@@ -41,12 +69,12 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from chronoadmin.config import get_config
-from chronoadmin.models import Tenant
+from chronocore.config import get_config
+from chronocore.models import Tenant
 from scheduler import api as scheduler_api
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.errors import JobNotFound
-from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
+from scheduler.models import Execution, ExecutionEnd, ExecutionStatus, Job, JobStatus, JobWatch
 from search import audit
 from search.models import AuditEvent
 from workflows.definitions import StepKind, WorkflowDefinition
@@ -68,9 +96,19 @@ from workflows.runs import (
     StepRef,
     StepStarted,
     StepState,
+    StopStep,
     admission,
 )
 from workflows.states import StepStatus
+from workflows.subworkflows import (
+    CHILD_CYCLE,
+    CHILD_NOT_FOUND,
+    child_idempotency_key,
+    child_outcome,
+    cycle_of,
+    parent_step_label,
+    parse_parent_step,
+)
 
 log = logging.getLogger("chrono.workflows")
 
@@ -116,14 +154,23 @@ def _tenant_id(tenant: Tenant | uuid.UUID | str) -> uuid.UUID:
 
 def parse_definition(spec: dict | WorkflowDefinition) -> WorkflowDefinition:
     """A definition from its JSON form, validated (DefinitionError names each field path at
-    fault). Sub-workflow steps are refused: the engine does not run them yet."""
+    fault). A sub_workflow step may not have a retry policy or a step timeout: its child run
+    is retried from failure and timed out as a run of its own (its ``run_timeout_s``)."""
     definition = spec if isinstance(spec, WorkflowDefinition) else WorkflowDefinition.from_dict(
         spec)
-    subs = [i for i, s in enumerate(definition.steps) if s.kind is StepKind.SUB_WORKFLOW]
-    if subs:
-        raise DefinitionError([(f"steps[{subs[0]}].kind",
-                                "sub_workflow steps are not supported by the engine yet; "
-                                "start the other workflow from a task step instead")])
+    problems = []
+    for step in definition.steps:
+        if step.kind is not StepKind.SUB_WORKFLOW:
+            continue
+        if step.retry.max_attempts > 1:
+            problems.append((f"steps.{step.key}.retry", "a sub_workflow step is not retried: "
+                             "retry its run from failure, or give the child workflow's steps "
+                             "their retry policies"))
+        if step.timeout_s is not None:
+            problems.append((f"steps.{step.key}.timeout_s", "a sub_workflow step has no step "
+                             "timeout: set run_timeout_s on the child workflow"))
+    if problems:
+        raise DefinitionError(problems)
     return definition
 
 
@@ -168,11 +215,14 @@ def definition_of(version: WorkflowDefinitionVersion) -> WorkflowDefinition:
 
 def start_run(name: str, *, tenant: Tenant | uuid.UUID | str, run_input: Any = None,
               idempotency_key: str | None = None, version: int | None = None,
-              queue: str | None = None, by: str = "") -> WorkflowRun:
+              queue: str | None = None, by: str = "", parent_run_id: uuid.UUID | None = None,
+              parent_step: str = "") -> WorkflowRun:
     """Start a run of the latest version of ``name`` (or ``version``); a second call with the
     same ``idempotency_key`` returns the first run. Steps without a queue of their own run on
     ``queue`` (default: the configured default queue). A run over the definition's concurrency
-    limit waits QUEUED, with that reason, until one of its runs ends."""
+    limit waits QUEUED, with that reason, until one of its runs ends. ``parent_run_id`` and
+    ``parent_step`` make it the child run of a sub_workflow step (the engine sets them): its
+    end comes back to that step."""
     tenant_id = _tenant_id(tenant)
     with transaction.atomic():
         if idempotency_key is not None:
@@ -191,6 +241,7 @@ def start_run(name: str, *, tenant: Tenant | uuid.UUID | str, run_input: Any = N
             tenant_id=tenant_id, definition=stored, name=name, input=run_input,
             state=state_to_json(state), idempotency_key=idempotency_key,
             queue=queue or get_config().default_queue, created_by=by,
+            parent_run_id=parent_run_id, parent_step=parent_step,
             status=WorkflowRunStatus.RUNNING, started_at=ms_to_datetime(now),
             deadline_at=None if state.deadline_ms is None else ms_to_datetime(state.deadline_ms),
         )
@@ -242,6 +293,7 @@ def cancel_run(run_id: uuid.UUID | str, *, tenant: Tenant | uuid.UUID | str,
                           "before it started", "details": {}}
             run.save(update_fields=["status", "finished_at", "reason"])
             _audit_run(run, audit.WORKFLOW_RUN_CANCEL_REQUESTED, by, "Workflow run cancelled")
+            _end_parent_steps([run])
             return run
         if run.status not in ACTIVE_RUN_STATUSES:
             return run
@@ -494,6 +546,7 @@ def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
     now = now_ms()
     ended: list[WorkflowRun] = []
     for run, definition, evaluations in changes:
+        evaluations = _settle_children(run, definition, evaluations, writes, actor)
         state = evaluations[-1].state
         jobs = [(d, now) for e in evaluations for d in e.dispatches]
         for retry in (r for e in evaluations for r in e.retries):
@@ -511,6 +564,7 @@ def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
         if state.status.is_terminal and was_active:
             ended.append(run)
     _write(writes, [run for run, _, _ in changes])
+    _end_parent_steps(ended)
     for run in ended:
         _audit_run(run, audit.WORKFLOW_RUN_ENDED, ENGINE_ACTOR,
                    f"Workflow run {run.run_id} of {run.name} ended {run.status}")
@@ -521,11 +575,12 @@ def _write(writes: _Writes, runs: list[WorkflowRun]) -> None:
     if writes.jobs:
         Job.objects.bulk_create(writes.jobs, ignore_conflicts=True)
         JobWatch.objects.bulk_create(writes.watches, ignore_conflicts=True)
-        WorkflowTask.objects.bulk_create(writes.tasks, ignore_conflicts=True)
         timers = writes.timers
         announce_before = now_ms() + get_config().lookahead_ms * 2
         transaction.on_commit(lambda: scheduler_api.timer_store().add(
             timers, announce_before_ms=announce_before))
+    if writes.tasks:  # a sub_workflow step's has no job: its child run's end comes under it
+        WorkflowTask.objects.bulk_create(writes.tasks, ignore_conflicts=True)
     if writes.audits:
         AuditEvent.objects.bulk_create(writes.audits)
     if len(runs) == 1:
@@ -574,7 +629,7 @@ def _step_jobs(run: WorkflowRun, jobs: Iterable[tuple[Dispatch, int]], writes: _
 def _stop_steps(run: WorkflowRun, evaluations: Sequence[Evaluation], actor: str) -> None:
     """Cancel the jobs of steps the run stops: running ones (their workers stop them) and those
     the evaluator cancelled before they started (their job may already have fired)."""
-    targets = [(s.ref, s.attempt) for e in evaluations for s in e.stops]
+    targets = [(s.ref, s.attempt) for e in evaluations for s in e.stops if s.action == "cancel"]
     targets += [(t.ref, t.attempt) for e in evaluations for t in e.transitions
                 if t.after is StepStatus.CANCELLED
                 and t.before in (StepStatus.READY, StepStatus.RETRY_WAIT)]
@@ -627,6 +682,158 @@ def _admit_queued(finished: WorkflowRun) -> None:
     queued.deadline_at = None if state.deadline_ms is None else ms_to_datetime(state.deadline_ms)
     queued.save(update_fields=["status", "reason", "started_at", "deadline_at"])
     _carry_out(queued, definition, [evaluate(definition, state, RunStarted(), now_ms=now)])
+
+
+# ---------------------------------------------------------------------------- sub-workflows
+
+
+def _settle_children(run: WorkflowRun, definition: WorkflowDefinition,
+                     evaluations: Sequence[Evaluation], writes: _Writes,
+                     actor: str) -> list[Evaluation]:
+    """Do what the evaluations decided for sub_workflow steps before the run's new state is
+    written, since doing it changes that state: stop the children of the steps the run stops
+    (their parent-close policy), start a child run for each dispatch. Each adds evaluations:
+    the step CANCELLED at once (``terminate``), started (RUNNING: its child exists) or FAILED
+    (no such workflow, a cycle), and what those decide next (a failure's successors, the next
+    sub_workflow step's dispatch, started in the same pass)."""
+    evaluations = list(evaluations)
+    stops = [s for e in evaluations for s in e.stops if s.action in CHILD_STOP_ACTIONS]
+    dispatches = [d for e in evaluations for d in e.dispatches if d.sub_workflow]
+    now = now_ms()
+    for stop in stops:
+        evaluations += _evaluate_all(run, definition, evaluations[-1].state,
+                                     _stop_child(run, stop, actor), now)
+    while dispatches:
+        # Admission takes each child workflow's advisory lock; take them in one order, so two
+        # transactions starting children of the same two workflows cannot deadlock.
+        _lock_admissions(run.tenant_id, {d.sub_workflow for d in dispatches})
+        added: list[Evaluation] = []
+        for dispatch in dispatches:
+            more = _evaluate_all(run, definition, (added or evaluations)[-1].state,
+                                 _start_child(run, dispatch, writes), now)
+            added += more
+        evaluations += added
+        dispatches = [d for e in added for d in e.dispatches if d.sub_workflow]
+    return evaluations
+
+
+CHILD_STOP_ACTIONS = ("terminate", "request_cancel")  # abandon: the evaluator ended the step
+
+
+def _evaluate_all(run: WorkflowRun, definition: WorkflowDefinition, state: RunState,
+                  events: Iterable[Event], now: int) -> list[Evaluation]:
+    evaluations: list[Evaluation] = []
+    for event in events:
+        try:
+            evaluation = evaluate(definition, state, event, now_ms=now)
+        except InvalidEvent as exc:
+            log.info("run %s: sub-workflow event %s not applied: %s", run.run_id, event, exc)
+            break
+        evaluations.append(evaluation)
+        state = evaluation.state
+    return evaluations
+
+
+def _lock_admissions(tenant_id: uuid.UUID, names: set[str | None]) -> None:
+    with connection.cursor() as cursor:
+        for name in sorted(n for n in names if n):
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                           [f"workflow-run:{tenant_id}:{name}"])
+
+
+def _start_child(run: WorkflowRun, dispatch: Dispatch, writes: _Writes) -> list[Event]:
+    """Start the child run of a sub_workflow step's attempt (once: under its idempotency key);
+    the events for the step: started, and FAILED at once when the child cannot start."""
+    ref, attempt, name = dispatch.ref, dispatch.attempt, str(dispatch.sub_workflow)
+    started = StepStarted(ref.key, attempt, ref.map_index)
+    cycle = cycle_of(_workflow_chain(run.run_id), name)
+    if cycle is not None:
+        return [started, _refused(dispatch, CHILD_CYCLE, f"starting workflow {name!r} here "
+                                  f"would make a cycle of sub-workflows: {' → '.join(cycle)}")]
+    try:
+        start_run(name, tenant=run.tenant_id, run_input=dict(dispatch.kwargs),
+                  idempotency_key=child_idempotency_key(run.run_id, ref, attempt),
+                  queue=dispatch.queue or run.queue, by=ENGINE_ACTOR,
+                  parent_run_id=run.run_id, parent_step=parent_step_label(ref, attempt))
+    except WorkflowNotFound:
+        return [started, _refused(dispatch, CHILD_NOT_FOUND, f"no workflow {name!r} for this "
+                                  f"tenant: define it, then retry run {run.run_id}")]
+    writes.tasks.append(WorkflowTask(job_id=task_job_id(run.run_id, ref, attempt),
+                                     run_id=run.run_id, step_key=ref.key,
+                                     map_index=ref.map_index, attempt=attempt))
+    return [started]
+
+
+def _refused(dispatch: Dispatch, error_type: str, text: str) -> StepEnded:
+    return StepEnded(dispatch.ref.key, dispatch.attempt, StepStatus.FAILED,
+                     error_type=error_type, error=text, map_index=dispatch.ref.map_index)
+
+
+_CHAIN_SQL = (
+    "WITH RECURSIVE chain(run_id, parent_run_id, name, depth) AS ("
+    " SELECT run_id, parent_run_id, name, 0 FROM chrono_workflow_run WHERE run_id = %s"
+    " UNION ALL SELECT r.run_id, r.parent_run_id, r.name, c.depth + 1"
+    " FROM chrono_workflow_run r JOIN chain c ON r.run_id = c.parent_run_id"
+    " WHERE c.depth < %s) "
+    "SELECT name FROM chain ORDER BY depth"
+)
+MAX_CHAIN_DEPTH = 1_000  # a guard against a loop of rows; names repeat long before
+
+
+def _workflow_chain(run_id: uuid.UUID) -> list[str]:
+    """The workflow names of ``run_id``'s run, its parent run, and so on up to the root."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CHAIN_SQL, [run_id, MAX_CHAIN_DEPTH])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _stop_child(run: WorkflowRun, stop: StopStep, actor: str) -> list[Event]:
+    """Cancel the child run of a sub_workflow step the run stops. ``terminate`` ends the step
+    CANCELLED now; ``request_cancel`` leaves it RUNNING until the child's end comes back."""
+    child_id = (WorkflowRun.objects.filter(
+        tenant_id=run.tenant_id,
+        idempotency_key=child_idempotency_key(run.run_id, stop.ref, stop.attempt))
+        .values_list("run_id", flat=True).first())
+    if child_id is not None:
+        cancel_run(child_id, tenant=run.tenant_id,
+                   by=f"parent run {run.run_id} ({stop.action}; {actor or ENGINE_ACTOR})")
+    if stop.action == "terminate" or child_id is None:
+        return [StepEnded(stop.ref.key, stop.attempt, StepStatus.CANCELLED,
+                          map_index=stop.ref.map_index)]
+    return []
+
+
+def _end_parent_steps(ended: Iterable[WorkflowRun]) -> None:
+    """Write the end of each child run among ``ended`` for its parent's step, as an execution
+    end under the step's job id, in the child's final transaction: the parent's listener
+    applies it under the parent's lock, in a transaction of its own."""
+    rows = []
+    for run in ended:
+        if run.parent_run_id is None:
+            continue
+        try:
+            ref, attempt = parse_parent_step(run.parent_step)
+        except ValueError:
+            log.error("run %s: parent step %r unreadable; its parent run %s is not told of its "
+                      "end", run.run_id, run.parent_step, run.parent_run_id)
+            continue
+        outcome = child_outcome(definition_of(run.definition), state_from_json(run.state),
+                                run_id=run.run_id, status=run.status,
+                                reason_text=(run.reason or {}).get("text", ""))
+        rows.append(ExecutionEnd(watcher=WATCHER,
+                                 job_id=task_job_id(run.parent_run_id, ref, attempt),
+                                 execution_id=run.run_id, status=outcome.status,
+                                 result=outcome.result, error=outcome.error))
+    if rows:
+        ExecutionEnd.objects.bulk_create(rows)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [END_CHANNEL])
+
+
+def child_runs_of(run: WorkflowRun) -> dict[str, uuid.UUID]:
+    """The child runs of ``run``'s sub_workflow steps, by parent step label (``key#attempt``)."""
+    return dict(WorkflowRun.objects.filter(tenant_id=run.tenant_id, parent_run_id=run.run_id)
+                .values_list("parent_step", "run_id"))
 
 
 def waiting_of(run: WorkflowRun) -> dict[str, dict]:

@@ -61,3 +61,21 @@ class InvalidEvent(WorkflowError):
     """Raised when an event does not fit the run's current state: an unknown step, a step that
     is not in the state the event needs (a result for a step that is not RUNNING), an attempt
     other than the current one, or an action a run in its status cannot take."""
+
+
+# A sub_workflow step's failures never escape either: they end the step FAILED with one of
+# these as its ``error_type`` (workflows.subworkflows), so the audit rows and a retry policy's
+# ``non_retryable`` can name them.
+
+
+class SubWorkflowFailed(WorkflowError):
+    """Stands for a sub_workflow step whose child run ended FAILED or TIMED_OUT."""
+
+
+class SubWorkflowNotFound(WorkflowError):
+    """Stands for a sub_workflow step naming a workflow its tenant has not defined."""
+
+
+class SubWorkflowCycle(WorkflowError):
+    """Stands for a sub_workflow step refused because its workflow is already one of the run's
+    ancestors (A starts B starts A)."""

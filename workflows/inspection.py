@@ -3,7 +3,8 @@ reason, why it waits, and its execution's worker and timings. Shared by the REST
 admin's run page.
 
 The engine hears of a step's end, not of its start; a READY step whose execution a worker has
-started is shown RUNNING.
+started is shown RUNNING. A sub_workflow step's row names the child run its attempt started
+(``child_run_id``; None for other steps, and before the child exists).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any
 
 from scheduler.models import Execution
 from workflows import engine
+from workflows.definitions import StepKind
 from workflows.models import WorkflowRun
 from workflows.runs import StepRef
+from workflows.subworkflows import parent_step_label
 
 
 def _timings(run: WorkflowRun, refs: list[tuple[str, int | None, int]]) -> dict:
@@ -25,7 +28,7 @@ def _timings(run: WorkflowRun, refs: list[tuple[str, int | None, int]]) -> dict:
 
 
 def _step_row(key: str, index: int | None, step: dict, waiting: dict | None,
-              execution: Execution | None) -> dict[str, Any]:
+              execution: Execution | None, children: dict[str, Any]) -> dict[str, Any]:
     status_now = step["status"]
     if status_now == "READY" and execution is not None and execution.status == "RUNNING":
         status_now, waiting = "RUNNING", None  # the engine hears of ends; a worker started it
@@ -40,7 +43,14 @@ def _step_row(key: str, index: int | None, step: dict, waiting: dict | None,
         "started_at": None if execution is None else execution.started_at,
         "finished_at": None if execution is None else execution.finished_at,
         "duration_ms": duration,
+        "child_run_id": _child_of(children, key, index, step.get("attempt", 0)),
     }
+
+
+def _child_of(children: dict[str, Any], key: str, index: int | None,
+              attempt: int) -> str | None:
+    child = children.get(parent_step_label(StepRef(key, index), attempt)) if children else None
+    return None if child is None else str(child)
 
 
 def run_steps(run: WorkflowRun) -> list[dict[str, Any]]:
@@ -52,9 +62,16 @@ def run_steps(run: WorkflowRun) -> list[dict[str, Any]]:
                  for i, inst in enumerate(step.get("instances") or [])]
     executions = _timings(run, refs)
     waiting = engine.waiting_of(run)
+    children = engine.child_runs_of(run) if _has_sub_workflows(run) else {}
     rows = []
     for key, step in steps.items():
-        rows.append(_step_row(key, None, step, waiting.get(key), executions.get((key, None))))
+        rows.append(_step_row(key, None, step, waiting.get(key), executions.get((key, None)),
+                              children))
         for i, instance in enumerate(step.get("instances") or []):
-            rows.append(_step_row(key, i, instance, None, executions.get((key, i))))
+            rows.append(_step_row(key, i, instance, None, executions.get((key, i)), children))
     return rows
+
+
+def _has_sub_workflows(run: WorkflowRun) -> bool:
+    return any(step.kind is StepKind.SUB_WORKFLOW
+               for step in engine.definition_of(run.definition).steps)

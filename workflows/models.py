@@ -16,7 +16,7 @@ import uuid
 
 from django.db import models
 
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
 
 
 class WorkflowDefinitionVersion(models.Model):
@@ -89,6 +89,8 @@ class WorkflowRun(models.Model):
             models.Index(fields=["tenant", "name", "status"], name="workflow_run_name_idx"),
             models.Index(fields=["deadline_at"], name="workflow_run_deadline_idx",
                          condition=models.Q(status="RUNNING", deadline_at__isnull=False)),
+            models.Index(fields=["parent_run_id"], name="workflow_run_parent_idx",
+                         condition=models.Q(parent_run_id__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -28,8 +28,8 @@ from chronoadmin.api.validation import (
     SpecInvalid,
     parse_job_spec,
 )
-from chronoadmin.config import get_config
-from chronoadmin.pgcopy import NULL, TimestampText, copy_rows, copy_text, escape
+from chronocore.config import get_config
+from chronocore.pgcopy import NULL, TimestampText, copy_rows, copy_text, escape
 from scheduler.api import timer_store
 from scheduler.misfire import jittered_ms
 from scheduler.models import Job, JobStatus

@@ -26,9 +26,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from chronoadmin.api.errors import IdempotencyKeyReused, IdempotentRequestInProgress
-from chronoadmin.api.permissions import tenant_of
-from chronoadmin.config import get_config
-from chronoadmin.models import IdempotencyRecord, Tenant
+from chronocore.config import get_config
+from chronocore.models import IdempotencyRecord, Tenant
+from chronocore.rest.permissions import tenant_of
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

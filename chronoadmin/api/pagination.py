@@ -13,7 +13,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 
 PAGE_SIZE_PARAM = "page_size"
 

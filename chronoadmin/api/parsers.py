@@ -23,7 +23,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
 from chronoadmin.api.errors import RequestTooLarge
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 
 # Every digit as "0", every other byte as a space: a long run of digits is then a substring.
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))

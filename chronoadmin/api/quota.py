@@ -12,8 +12,8 @@ from __future__ import annotations
 import uuid
 
 from chronoadmin.api.errors import QuotaExceeded
-from chronoadmin.api.throttling import api_redis
-from chronoadmin.config import get_config
+from chronocore.config import get_config
+from chronocore.rest.throttling import api_redis
 from scheduler.models import Job
 
 KEY_PREFIX = "chrono:api:pending:"

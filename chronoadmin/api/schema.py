@@ -35,7 +35,7 @@ _WRITE_ERRORS = {
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
-    target_class = "chronoadmin.api.authentication.ApiKeyAuthentication"
+    target_class = "chronocore.rest.authentication.ApiKeyAuthentication"
     name = "TenantApiKey"
 
     def get_security_definition(self, auto_schema):

@@ -30,8 +30,8 @@ from chronoadmin.api.validation import (
     parse_update,
     unknown_field_errors,
 )
-from chronoadmin.config import get_config
-from chronoadmin.models import ApiKey, Tenant
+from chronocore.config import get_config
+from chronocore.models import ApiKey, Tenant
 from reaper.models import Worker
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.cron import format_fire_time

@@ -27,7 +27,6 @@ from chronoadmin.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from chronoadmin.api.idempotency import idempotent
 from chronoadmin.api.pagination import ChronoCursorPagination
 from chronoadmin.api.parsers import LimitedJSONParser, NDJSONParser
-from chronoadmin.api.permissions import IsPlatformAdmin, IsTenantClient, tenant_of
 from chronoadmin.api.serializers import (
     JOB_CREATE_SCHEMA,
     ApiKeyCreatedSerializer,
@@ -42,15 +41,16 @@ from chronoadmin.api.serializers import (
     WorkerSerializer,
     current_limits,
 )
-from chronoadmin.api.throttling import TenantRateThrottle
 from chronoadmin.api.validation import (
     OPTION_FIELDS,
     JobSpec,
     options_of,
     parse_options,
 )
-from chronoadmin.config import get_config
-from chronoadmin.models import ApiKey, Tenant
+from chronocore.config import get_config
+from chronocore.models import ApiKey, Tenant
+from chronocore.rest.permissions import IsPlatformAdmin, IsTenantClient, tenant_of
+from chronocore.rest.throttling import TenantRateThrottle
 from reaper.models import Worker
 from scheduler import api as scheduler_api
 from scheduler.clock import ms_to_datetime

@@ -52,7 +52,8 @@ class WorkflowRunSerializer(serializers.ModelSerializer):
 class WorkflowRunDetailSerializer(WorkflowRunSerializer):
     steps = serializers.SerializerMethodField(
         help_text="Every step (and map instance) with its status, attempt, result or reason, "
-                  "why it waits, and its execution's timings.")
+                  "why it waits, and its execution's timings; a sub_workflow step's "
+                  "child_run_id.")
 
     class Meta(WorkflowRunSerializer.Meta):
         fields = (*WorkflowRunSerializer.Meta.fields, "steps")

@@ -41,7 +41,7 @@ app.conf.update(
     task_default_queue=QUEUE,
     task_default_exchange="chrono.dispatch",
     task_default_routing_key=QUEUE,
-    imports=["reaper.heartbeats"],
+    imports=["scheduler.heartbeats"],
     beat_schedule={
         # Translated: a crontab keeps the app's time zone.
         "close-day": {

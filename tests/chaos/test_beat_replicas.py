@@ -142,10 +142,10 @@ def test_rabbitmq_dropping_every_connection_mid_run_loses_nothing(platform, tena
     """RabbitMQ closes every client connection (what a broker restart looks like from the
     clients) three times while jobs are firing: the beats' firers fail a publish, try it again
     on a new connection, and every job still runs exactly once."""
-    from chronoadmin import services
+    import localservices
 
-    rabbitmq = {s.name: s for s in services.registered_services(
-        services.ServicesConfig.from_env())}["rabbitmq"]
+    rabbitmq = {s.name: s for s in localservices.registered_services(
+        localservices.ServicesConfig.from_env())}["rabbitmq"]
     beats = start_three(platform)
     jobs = spread_jobs(platform, tenant, count=900, over_s=6)
     assert wait_for(lambda: sum(replicas_seen(platform.redis).values()) > 100, timeout_s=20)

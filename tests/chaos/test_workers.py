@@ -79,10 +79,10 @@ def test_a_broker_connection_lost_mid_run_neither_stops_the_job_nor_runs_it_twic
     its consumer timeout on a job longer than 30 minutes): the unacknowledged message goes back
     to the queue and is delivered again, the worker-side start refuses that delivery (the
     execution is RUNNING under a live lease), and the first run goes on and is recorded."""
-    from chronoadmin import services
+    import localservices
 
-    rabbitmq = {s.name: s for s in services.registered_services(
-        services.ServicesConfig.from_env())}["rabbitmq"]
+    rabbitmq = {s.name: s for s in localservices.registered_services(
+        localservices.ServicesConfig.from_env())}["rabbitmq"]
     start(platform)
     job = schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 5})
     execution, _ = running_on(job)

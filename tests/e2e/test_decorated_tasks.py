@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from chronoadmin.processes import REPO_ROOT, ChronoProcess
 from examples.billing.tasks import REMINDER_KEY, close_month, send_invoice_reminder
+from localservices.processes import REPO_ROOT, ChronoProcess
 from reaper.models import Worker
 from scheduler.models import ExecutionStatus
 from tests.helpers import wait_for

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.db import connection
 
-from chronoadmin.config import get_config
-from chronoadmin.processes import ProcessGroup
+from chronocore.config import get_config
+from localservices.processes import ProcessGroup
 from scheduler import api
 from search.models import AuditEvent, IndexerState
 from tests.helpers import wait_for

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from chronoadmin.probe import free_port
+from chronocore.probe import free_port
 from scheduler import api
 from scheduler.models import Execution, ExecutionStatus
 from tests.helpers import wait_for

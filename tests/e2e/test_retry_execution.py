@@ -76,7 +76,7 @@ def test_the_admin_button_and_the_rest_endpoint_retry_and_refuse_what_has_not_fa
     assert wait_for(lambda: Execution.objects.get(pk=execution.pk).status
                     == ExecutionStatus.FAILED, timeout_s=10)
 
-    from chronoadmin.models import ApiKey, generate_api_key, hash_api_key
+    from chronocore.models import ApiKey, generate_api_key, hash_api_key
 
     def key_of(owner) -> str:
         prefix, full = generate_api_key()

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from chronoadmin.config import get_config
-from chronoadmin.processes import ProcessGroup
+from chronocore.config import get_config
+from localservices.processes import ProcessGroup
 
 pytestmark = pytest.mark.e2e
 

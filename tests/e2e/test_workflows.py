@@ -16,9 +16,6 @@ from workflows.models import WorkflowRun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-WORKFLOW_TASKS = ("tests.e2e.workflow_tasks",)
-
-
 def _step(key, task="wf.echo", parents=(), **fields):
     return {"key": key, "task": task, "parents": list(parents),
             "kwargs": {"label": key, **fields.pop("kwargs", {})}, **fields}
@@ -39,24 +36,6 @@ def _statuses(run: WorkflowRun) -> dict[str, str]:
 
 def _step_log(platform) -> list[str]:
     return [x.decode() for x in platform.redis.lrange(STEP_LOG_KEY, 0, -1)]
-
-
-@pytest.fixture
-def workflow_platform(platform):
-    platform.redis.delete(STEP_LOG_KEY)
-    platform.start_beat()
-    platform.start_worker(pool="threads", concurrency=8, include=WORKFLOW_TASKS)
-    return platform
-
-
-@pytest.fixture
-def prefork_workflow_platform(platform):
-    """A prefork worker: a running step is stopped in its pool child by the soft-timeout signal
-    (a thread pool can only be stopped by killing the whole process after the grace)."""
-    platform.redis.delete(STEP_LOG_KEY)
-    platform.start_beat()
-    platform.start_worker(pool="prefork", concurrency=2, include=WORKFLOW_TASKS)
-    return platform
 
 
 def test_a_diamond_runs_each_step_once_and_the_join_after_both(workflow_platform, tenant):

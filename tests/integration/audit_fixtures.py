@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from search.client import SearchClient
 from search.index_template import AuditStream, install, uninstall
 from search.indexer import Indexer

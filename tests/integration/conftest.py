@@ -10,7 +10,7 @@ import amqp
 import pytest
 from rest_framework.test import APIClient
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler.dispatch import amqp_connection_params
 
 
@@ -37,7 +37,7 @@ class TenantApi(APIClient):
 
 @pytest.fixture
 def tenant_api(tenant, redis_client):
-    from chronoadmin.models import ApiKey
+    from chronocore.models import ApiKey
 
     _, full_key = ApiKey.objects.issue(tenant=tenant, name="tests")
     return TenantApi(tenant, full_key)
@@ -45,7 +45,7 @@ def tenant_api(tenant, redis_client):
 
 @pytest.fixture
 def other_api(other_tenant, redis_client):
-    from chronoadmin.models import ApiKey
+    from chronocore.models import ApiKey
 
     _, full_key = ApiKey.objects.issue(tenant=other_tenant, name="tests")
     return TenantApi(other_tenant, full_key)

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from rest_framework.test import APIClient
 
-from chronoadmin.models import ApiKey
+from chronocore.models import ApiKey
 
 pytestmark = pytest.mark.django_db
 
@@ -158,7 +158,7 @@ def test_the_admin_shows_a_new_key_once_and_stores_only_its_hash(tenant, client)
     from django.contrib.auth.models import User
 
     client.force_login(User.objects.create_superuser("root", password="x"))
-    response = client.post("/admin/chronoadmin/apikey/add/",
+    response = client.post("/admin/chronocore/apikey/add/",
                            {"tenant": str(tenant.tenant_id), "name": "from admin"})
     assert response.status_code == 200
     api_key = ApiKey.objects.get(name="from admin")
@@ -166,5 +166,5 @@ def test_the_admin_shows_a_new_key_once_and_stores_only_its_hash(tenant, client)
     start = page.index(f"chrono_{api_key.prefix}_")
     full_key = page[start:page.index("<", start)]
     assert api_key.key_hash == hashlib.sha256(full_key.encode()).hexdigest()
-    change_page = client.get(f"/admin/chronoadmin/apikey/{api_key.pk}/change/").content.decode()
+    change_page = client.get(f"/admin/chronocore/apikey/{api_key.pk}/change/").content.decode()
     assert full_key not in change_page

@@ -9,7 +9,7 @@ import json
 import amqp
 import pytest
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler import occurrences
 from scheduler.api import timer_store
 from scheduler.beat import _task_message

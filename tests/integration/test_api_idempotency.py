@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from chronoadmin.models import IdempotencyRecord
+from chronocore.models import IdempotencyRecord
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db

@@ -78,7 +78,7 @@ def existing_ids(tenant_api, staff_cookies):
     """Real ids for the path parameters, so detail paths are fuzzed on objects that exist."""
     from django.utils import timezone
 
-    from chronoadmin.models import ApiKey
+    from chronocore.models import ApiKey
     from reaper.models import Worker
     from scheduler.models import Execution, Job
 

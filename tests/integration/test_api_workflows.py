@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from workflows import engine
 from workflows.models import WorkflowRun
+from workflows.runs import StepRef
+from workflows.subworkflows import child_idempotency_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,3 +102,32 @@ def test_bad_run_filters_and_ids_are_400_and_404(tenant_api):
     assert tenant_api.get("/api/v1/workflow-runs/?status=SLEEPING").status_code == 400
     assert tenant_api.get("/api/v1/workflow-runs/not-a-uuid/").status_code == 404
     assert tenant_api.post_json("/api/v1/workflows/nope/runs/", {}).status_code == 404
+
+
+def test_a_sub_workflow_step_names_its_child_run_and_cancelling_terminates_it(tenant_api):
+    tenant_api.post_json("/api/v1/workflows/", {"name": "child", "steps": [
+        {"key": "only", "task": "wf.echo", "kwargs": {"label": {"$ref": "input.label"}}}]})
+    assert tenant_api.post_json("/api/v1/workflows/", {"name": "parent", "steps": [
+        {"key": "sub", "kind": "sub_workflow", "sub_workflow": "child",
+         "kwargs": {"label": {"$ref": "input.label"}}}]}).status_code == 201
+    run = tenant_api.post_json("/api/v1/workflows/parent/runs/", {"input": {"label": "x"}}).json()
+    [sub] = run["steps"]
+    child = WorkflowRun.objects.get(parent_run_id=run["run_id"])
+    assert (sub["status"], sub["child_run_id"]) == ("RUNNING", str(child.run_id))
+    assert (child.name, child.input, child.parent_step) == ("child", {"label": "x"}, "sub#1")
+    again = engine.start_run("child", tenant=child.tenant_id, idempotency_key=(
+        child_idempotency_key(run["run_id"], StepRef("sub"), 1)))
+    assert again.run_id == child.run_id and WorkflowRun.objects.count() == 2  # one child
+    cancelled = tenant_api.post_json(f"/api/v1/workflow-runs/{run['run_id']}/cancel/").json()
+    assert cancelled["status"] == "CANCELLED"  # terminate: the parent does not wait
+    assert [s["status"] for s in cancelled["steps"]] == ["CANCELLED"]
+    child.refresh_from_db()
+    assert child.status == "CANCELLED"  # its step had not started: cancelled at once
+
+
+def test_a_sub_workflow_step_with_a_retry_policy_is_a_400(tenant_api):
+    answer = tenant_api.post_json("/api/v1/workflows/", {"name": "x", "steps": [
+        {"key": "sub", "kind": "sub_workflow", "sub_workflow": "y",
+         "retry": {"max_attempts": 2}}]})
+    assert answer.status_code == 400
+    assert [e["path"] for e in answer.json()["errors"]] == ["steps.sub.retry"]

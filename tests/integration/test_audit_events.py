@@ -13,10 +13,10 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from reaper.heartbeats import beat_heart
 from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
+from scheduler.heartbeats import beat_heart
 from scheduler.models import Execution, ExecutionStatus
 from scheduler.timers import execution_id_for
 from search import audit

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from search import audit
 from search.client import SearchClient
 from search.documents import OutboxRow, build_document

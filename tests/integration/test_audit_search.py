@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution

@@ -110,7 +110,7 @@ def test_statements_updating_the_same_executions_in_other_orders_do_not_deadlock
 
     from django.db import DatabaseError
 
-    from reaper.leases import renew_leases
+    from scheduler.leases import renew_leases
 
     ids = dispatched(tenant, 60)
     held = {s.execution_id: s.fencing_token for s in start_executions([start(i) for i in ids])}

@@ -8,7 +8,7 @@ import uuid
 import amqp
 import pytest
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from scheduler.dispatch import (
     DISPATCH_EXCHANGE,
     DispatchError,

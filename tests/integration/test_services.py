@@ -22,18 +22,18 @@ import amqp
 import psycopg
 import pytest
 
-from chronoadmin import services
-from chronoadmin.services import search as search_service
+import localservices
+from localservices import search as search_service
 
 
 @pytest.fixture(scope="module")
-def config(services_up) -> services.ServicesConfig:
-    return services.ServicesConfig.from_env()
+def config(services_up) -> localservices.ServicesConfig:
+    return localservices.ServicesConfig.from_env()
 
 
 @pytest.fixture(scope="module")
-def service_by_name(config) -> dict[str, services.Service]:
-    return {service.name: service for service in services.registered_services(config)}
+def service_by_name(config) -> dict[str, localservices.Service]:
+    return {service.name: service for service in localservices.registered_services(config)}
 
 
 def _listen_addresses(port: int) -> set[str]:
@@ -51,7 +51,7 @@ def _listen_addresses(port: int) -> set[str]:
 
 
 def test_status_reports_every_service_up(config, capsys):
-    assert services.status(config=config) == {
+    assert localservices.status(config=config) == {
         "postgresql": True,
         "redis": True,
         "rabbitmq": True,
@@ -62,9 +62,9 @@ def test_status_reports_every_service_up(config, capsys):
     assert lines[3].split() == ["search", "up", config.search.address]
 
 
-def test_python_dash_m_chronoadmin_services_still_runs_the_command_line(config):
+def test_python_dash_m_localservices_runs_the_command_line(config):
     result = subprocess.run(
-        [sys.executable, "-m", "chronoadmin.services", "status"],
+        [sys.executable, "-m", "localservices", "status"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -81,16 +81,16 @@ def test_python_dash_m_chronoadmin_services_still_runs_the_command_line(config):
 
 def test_a_search_engine_that_does_not_answer_is_reported_down(config, capsys):
     nothing_there = dataclasses.replace(
-        config, search=services.parse_search_url(f"http://127.0.0.1:{_free_port()}")
+        config, search=localservices.parse_search_url(f"http://127.0.0.1:{_free_port()}")
     )
-    assert services.status(config=nothing_there)["search"] is False
+    assert localservices.status(config=nothing_there)["search"] is False
     assert capsys.readouterr().out.splitlines()[3].split()[:2] == ["search", "down"]
 
 
 def test_up_leaves_instances_that_answer_alone(config, service_by_name):
     pids_before = {name: service.pid() for name, service in service_by_name.items()}
     assert None not in pids_before.values()
-    services.up(config=config)
+    localservices.up(config=config)
     assert {name: service.pid() for name, service in service_by_name.items()} == pids_before
 
 
@@ -196,12 +196,12 @@ def test_a_port_held_by_another_program_is_reported_and_never_killed(tmp_path):
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        node = services.SearchService(
-            endpoint=services.parse_search_url(f"http://127.0.0.1:{port}"), data_dir=tmp_path
+        node = localservices.SearchService(
+            endpoint=localservices.parse_search_url(f"http://127.0.0.1:{port}"), data_dir=tmp_path
         )
-        with pytest.raises(services.PortBusyError, match=f"port {port}, needed by search"):
-            services.free_ports(node)
-        assert services.port_holders(port) == [os.getpid()]
+        with pytest.raises(localservices.PortBusyError, match=f"port {port}, needed by search"):
+            localservices.free_ports(node)
+        assert localservices.port_holders(port) == [os.getpid()]
 
 
 def test_the_launcher_build_is_stale_until_built_and_again_when_a_source_changes(tmp_path):
@@ -238,36 +238,36 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _get_json(config: services.ServicesConfig, path: str) -> object:
+def _get_json(config: localservices.ServicesConfig, path: str) -> object:
     url = f"http://{config.search.address}{path}"
     with urllib.request.urlopen(url, timeout=10) as reply:
         return json.load(reply)
 
 
 def test_search_url_must_be_plain_http_on_loopback_without_credentials():
-    endpoint = services.parse_search_url("http://127.0.0.1:9200")
+    endpoint = localservices.parse_search_url("http://127.0.0.1:9200")
     assert (endpoint.host, endpoint.port) == ("127.0.0.1", 9200)
-    assert services.parse_search_url("http://localhost").port == 9200
-    with pytest.raises(services.ServiceConfigError, match="no security plugin"):
-        services.parse_search_url("http://elastic:secret@127.0.0.1:9200")
-    with pytest.raises(services.ServiceConfigError, match="scheme"):
-        services.parse_search_url("https://127.0.0.1:9200")
-    with pytest.raises(services.ServiceConfigError, match="point it at 127.0.0.1"):
-        services.parse_search_url("http://search.internal:9200")
+    assert localservices.parse_search_url("http://localhost").port == 9200
+    with pytest.raises(localservices.ServiceConfigError, match="no security plugin"):
+        localservices.parse_search_url("http://elastic:secret@127.0.0.1:9200")
+    with pytest.raises(localservices.ServiceConfigError, match="scheme"):
+        localservices.parse_search_url("https://127.0.0.1:9200")
+    with pytest.raises(localservices.ServiceConfigError, match="point it at 127.0.0.1"):
+        localservices.parse_search_url("http://search.internal:9200")
 
 
 def test_search_url_default_is_the_one_of_chrono_config():
-    from chronoadmin.config import load_config
+    from chronocore.config import load_config
 
-    assert services.DEFAULT_SEARCH_URL == load_config({}).search_url == "http://127.0.0.1:9200"
+    assert localservices.DEFAULT_SEARCH_URL == load_config({}).search_url == "http://127.0.0.1:9200"
     assert load_config({"SEARCH_URL": "http://127.0.0.1:9201"}).search_url.endswith(":9201")
 
 
 def test_broker_url_with_double_slash_names_the_root_virtual_host():
-    endpoint = services.parse_broker_url("amqp://guest:guest@127.0.0.1:5672//")
+    endpoint = localservices.parse_broker_url("amqp://guest:guest@127.0.0.1:5672//")
     assert (endpoint.user, endpoint.namespace, endpoint.port) == ("guest", "/", 5672)
 
 
 def test_a_url_for_another_host_is_refused_with_what_to_change():
-    with pytest.raises(services.ServiceConfigError, match="point it at 127.0.0.1"):
-        services.parse_database_url("postgresql://chrono:chrono@db.internal:5432/chrono")
+    with pytest.raises(localservices.ServiceConfigError, match="point it at 127.0.0.1"):
+        localservices.parse_database_url("postgresql://chrono:chrono@db.internal:5432/chrono")

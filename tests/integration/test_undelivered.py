@@ -10,7 +10,7 @@ import amqp
 import pytest
 from django.db import connection, transaction
 
-from chronoadmin.config import get_config
+from chronocore.config import get_config
 from reaper.reaper import Reaper
 from reaper.undelivered import _WAITING_SQL, check_undelivered
 from scheduler import api

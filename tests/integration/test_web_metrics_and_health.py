@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from chronoadmin import health, metrics
-from chronoadmin.config import get_config
-from chronoadmin.probe import free_port
+from chronocore.config import get_config
+from chronocore.probe import free_port
 from reaper.models import Worker
 from scheduler import api
 from scheduler.dispatch import amqp_connection_params, declare_queue

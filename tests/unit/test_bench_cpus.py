@@ -40,7 +40,7 @@ def test_a_running_process_is_pinned_for_the_block_and_then_gets_every_core_back
 def test_a_child_started_on_a_cpu_runs_only_there_and_at_its_nice_value():
     from functools import partial
 
-    from chronoadmin.processes import _limit_cpu
+    from localservices.processes import _limit_cpu
 
     out = subprocess.run(
         [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.nice(0))"],

@@ -2,7 +2,7 @@
 
 import pytest
 
-from chronoadmin.config import ConfigError, load_config
+from chronocore.config import ConfigError, load_config
 
 
 def test_prepare_ahead_must_leave_room_for_a_scan_inside_the_lookahead():

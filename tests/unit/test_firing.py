@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from chronoadmin.config import load_config
+from chronocore.config import load_config
 from scheduler.beat import Beat, BeatCounters, BeatThreadDied, prepare_at
 from scheduler.clock import now_ms
 from scheduler.dispatch import Confirmation, DispatchError, Publisher

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from chronoadmin.pgcopy import NULL, TimestampText, copy_text, escape
+from chronocore.pgcopy import NULL, TimestampText, copy_text, escape
 from scheduler.clock import ms_to_datetime
 
 

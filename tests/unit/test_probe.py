@@ -10,8 +10,8 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry
 
-from chronoadmin.config import ConfigError, load_config
-from chronoadmin.probe import (
+from chronocore.config import ConfigError, load_config
+from chronocore.probe import (
     CheckResult,
     ProbeError,
     Progress,

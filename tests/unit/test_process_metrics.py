@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from chronoadmin.config import load_config
+from chronocore.config import load_config
 
 
 def test_the_beat_collector_reads_the_replicas_counters_at_scrape_time():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from chronoadmin.runtime import freeze_startup_heap
+from chronocore.runtime import freeze_startup_heap
 
 
 def test_freezing_moves_the_live_objects_out_of_the_collectors_reach():

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         super().run_from_argv(argv)
 
     def handle(self, name, bench_args, **options):
-        logging.getLogger("chronoadmin.services").setLevel(logging.WARNING)
+        logging.getLogger("localservices").setLevel(logging.WARNING)
         module = importlib.import_module(f"bench.{name}")
         try:
             result = module.run(getattr(self, "_bench_argv", bench_args))

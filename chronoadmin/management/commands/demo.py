@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from chronoadmin.management.commands.dev import WEB_ADDR, run_until_interrupted, start_platform
-from chronoadmin.models import Tenant
+from chronocore.models import Tenant
 from scheduler import api
 from scheduler.models import Execution
 

@@ -8,7 +8,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from chronoadmin.processes import REPO_ROOT, ProcessFailed, ProcessGroup
+from localservices.processes import REPO_ROOT, ProcessFailed, ProcessGroup
 
 WEB_ADDR = "127.0.0.1:8000"
 

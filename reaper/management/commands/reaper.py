@@ -7,8 +7,8 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chronoadmin.config import get_config
-from chronoadmin.probe import ProbeError, add_metrics_port_argument, chosen_port
+from chronocore.config import get_config
+from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from reaper.metrics import serve_reaper_probe
 from reaper.reaper import Reaper
 from scheduler.api import timer_store

@@ -9,9 +9,9 @@ import socket
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chronoadmin.config import get_config
-from chronoadmin.probe import ProbeError, add_metrics_port_argument, chosen_port
-from chronoadmin.runtime import freeze_startup_heap
+from chronocore.config import get_config
+from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
+from chronocore.runtime import freeze_startup_heap
 from scheduler.api import timer_store
 from scheduler.beat import Beat
 from scheduler.dispatch import Publisher

@@ -6,8 +6,8 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chronoadmin.config import get_config
-from chronoadmin.probe import ProbeError, add_metrics_port_argument, chosen_port
+from chronocore.config import get_config
+from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from search.client import SearchClient
 from search.indexer import Indexer
 from search.metrics import serve_indexer_probe

@@ -17,8 +17,13 @@
 
   function label(node) {
     if (node.kind === "map" && node.instances) return `${node.instances_done}/${node.instances} done`;
+    if (node.child_run_id) return `${node.status} · run ${node.child_run_id.slice(0, 8)}`;
     if (node.duration_ms !== null && node.duration_ms !== undefined) return `${node.status} · ${node.duration_ms} ms`;
     return node.status;
+  }
+
+  function childLink(node) {
+    return node.kind === "sub_workflow" && node.child_url;
   }
 
   function draw(data) {
@@ -48,7 +53,13 @@
       g.append(el("rect", { x: at[n.key].x, y: at[n.key].y, width: W, height: H, class: `st-${n.status}` }));
       g.append(el("text", { x: at[n.key].x + 8, y: at[n.key].y + 18, "font-weight": "bold" }, n.key));
       g.append(el("text", { x: at[n.key].x + 8, y: at[n.key].y + 36 }, label(n)));
-      svg.append(g);
+      if (childLink(n)) {
+        const a = el("a", { href: n.child_url, class: "child-run" });
+        a.append(g);
+        svg.append(a);
+      } else {
+        svg.append(g);
+      }
     }
     box.replaceChildren(svg);
     const body = document.querySelector("#run-steps tbody");
@@ -60,6 +71,13 @@
       for (const value of [n.key, n.status, n.attempt, n.duration_ms === null ? "" : `${n.duration_ms} ms`,
                            n.worker_id || "", why === "null" ? "" : why]) {
         tr.insertCell().textContent = value;
+      }
+      if (childLink(n)) {
+        const link = document.createElement("a");
+        link.href = n.child_url;
+        link.className = "child-run";
+        link.textContent = ` child run ${n.child_run_id}`;
+        tr.cells[0].append(link);
       }
     }
     statusLine.textContent = `${data.status}${data.finished ? "" : " · live"}`;

@@ -1,6 +1,0 @@
-"""Configuration templates for the servers that ``chronoadmin.services`` starts.
-
-Each ``*.conf`` file is a :class:`string.Template`; ``services.py`` fills in paths and ports and
-writes the result into the service's data directory on every ``chrono services up``, so the copy
-in the data directory is generated and edits belong here.
-"""

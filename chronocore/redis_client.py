@@ -1,0 +1,19 @@
+"""This process's Redis client: one connection pool to ``redis_url``, shared by whatever needs it.
+
+The timer store (:func:`scheduler.api.timer_store`) is built on it, and so are the API's rate
+limit and pending-job quota: one pool, one server.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import redis
+
+from chronocore.config import get_config
+
+
+@cache
+def redis_client() -> redis.Redis:
+    """This process's client (made on first use; ``redis_client.cache_clear()`` drops it)."""
+    return redis.Redis.from_url(get_config().redis_url)

@@ -1,0 +1,178 @@
+"""Install, start, stop and report Chrono's own PostgreSQL, Redis, RabbitMQ and search engine.
+
+``up`` installs what is missing and starts, in order, every service of
+:func:`registered_services` that does not answer yet; ``down`` stops them in reverse order;
+``status`` prints one line per service. A server of the same kind that is not Chrono's and holds
+one of its ports (a Debian system instance started by apt, say) is stopped with a log line;
+anything else on a needed port is reported, never killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+from localservices.base import (
+    EVICTION_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    STARTUP_GRACE_S,
+    Service,
+    command_line,
+    log,
+    log_tail,
+    make_traversable,
+    port_holders,
+    process_name,
+    run_command,
+    terminate,
+)
+from localservices.config import ServicesConfig
+from localservices.errors import PortBusyError, ServiceError, ServiceStartError
+from localservices.packages import ensure_packages
+from localservices.postgresql import PostgresService
+from localservices.rabbitmq import RabbitMQService
+from localservices.redis import RedisService
+from localservices.search import SearchService
+
+
+def registered_services(config: ServicesConfig) -> list[Service]:
+    """Chrono's services in start order (``down`` stops them in reverse)."""
+    return [
+        PostgresService(endpoint=config.database, data_dir=config.data_dir / "postgres"),
+        RedisService(endpoint=config.redis, data_dir=config.data_dir / "redis"),
+        RabbitMQService(endpoint=config.broker, data_dir=config.data_dir / "rabbitmq"),
+        SearchService(endpoint=config.search, data_dir=config.data_dir / "search"),
+    ]
+
+
+def free_ports(service: Service) -> None:
+    """Stop servers of ``service``'s kind that are not Chrono's and hold its ports.
+
+    Anything else on those ports is left alone and reported, since it is not ours to kill.
+    """
+    for port in service.ports:
+        holders = port_holders(port)
+        foreign = [pid for pid in holders if not _evictable(service, pid)]
+        if foreign:
+            raise PortBusyError(
+                f"port {port}, needed by {service.name}, is held by pid {foreign[0]} "
+                f"({command_line(foreign[0])}); stop it or choose another port in "
+                f"{service.url_variable}"
+            )
+        if holders:
+            _evict(service, port, holders)
+
+
+def _evictable(service: Service, pid: int) -> bool:
+    """Whether ``pid`` is another instance of ``service``'s server that ``up`` may stop."""
+    return bool(service.debian_service) and process_name(pid) in service.process_names
+
+
+def _evict(service: Service, port: int, holders: list[int]) -> None:
+    log.warning(
+        "port %d is held by a %s that is not Chrono's (pid %s: %s); stopping it with "
+        "`service %s stop`",
+        port,
+        service.name,
+        holders[0],
+        command_line(holders[0]),
+        service.debian_service,
+    )
+    with suppress(ServiceError):
+        run_command(["service", service.debian_service, "stop"], timeout_s=EVICTION_TIMEOUT_S * 2)
+    for pid in port_holders(port):
+        terminate(pid, first_signal=service.stop_signal, what=f"the other {service.name}")
+    if port_holders(port):
+        raise PortBusyError(
+            f"port {port} is still held after stopping the other "
+            f"{service.name}; free it by hand or change {service.url_variable}"
+        )
+
+
+def _wait_until(
+    service: Service, probe: Callable[[], bool], *, waiting_for: str, hint: str = ""
+) -> None:
+    """Poll ``probe`` until it holds; fail fast when the process dies, else on timeout."""
+    started = time.monotonic()
+    while not probe():
+        elapsed = time.monotonic() - started
+        died = elapsed > STARTUP_GRACE_S and not service.running()
+        if died or elapsed > service.start_timeout_s:
+            what = "exited" if died else f"did not answer within {service.start_timeout_s:.0f} s"
+            raise ServiceStartError(
+                f"{service.name} {what} while waiting for {waiting_for} on {service.address}; "
+                f"see its log {service.log_path}{hint}\n{log_tail(service.log_path)}"
+            )
+        time.sleep(POLL_INTERVAL_S)
+
+
+def bring_up(service: Service) -> None:
+    """Start ``service`` unless Chrono's instance already answers, then wait until it does."""
+    if service.answers():
+        log.info("%s already answers on %s", service.name, service.address)
+        return
+    was_running = service.running()
+    if not was_running:
+        free_ports(service)
+        service.start()
+    log.info("waiting for %s on %s", service.name, service.address)
+    _wait_until(service, service.ready, waiting_for="the server")
+    service.provision()
+    hint = ""
+    if was_running:
+        hint = (
+            f" (it was already running: if {service.url_variable} changed since it started, "
+            "run `chrono services down` and `up` again)"
+        )
+    _wait_until(service, service.answers, waiting_for=service.url_variable, hint=hint)
+    log.info("%s is up on %s", service.name, service.address)
+
+
+def up(*, config: ServicesConfig | None = None) -> None:
+    """Install what is missing and start every service that does not answer yet."""
+    config = config or ServicesConfig.from_env()
+    services = registered_services(config)
+    if all(service.answers() for service in services):
+        log.info("all services already answer")
+        return
+    ensure_packages([package for service in services for package in service.packages])
+    make_traversable(config.data_dir)
+    for service in services:
+        bring_up(service)
+
+
+def down(*, config: ServicesConfig | None = None) -> None:
+    """Stop every service, last started first; those already stopped are skipped."""
+    for service in reversed(registered_services(config or ServicesConfig.from_env())):
+        service.stop()
+
+
+def status(*, config: ServicesConfig | None = None) -> dict[str, bool]:
+    """Print one line per service and return whether each answers."""
+    answers = {}
+    for service in registered_services(config or ServicesConfig.from_env()):
+        answers[service.name] = service.answers()
+        state = "up" if answers[service.name] else "down"
+        print(f"{service.name:<12}{state:<6}{service.address}")
+    return answers
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m localservices up|down|status``; exit 1 on error or a service down."""
+    parser = argparse.ArgumentParser(prog="chrono services", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s services: %(message)s", datefmt="%H:%M:%S"
+    )
+    try:
+        if args.command == "status":
+            return 0 if all(status().values()) else 1
+        (up if args.command == "up" else down)()
+    except ServiceError as error:
+        log.error("%s", error)
+        return 1
+    return 0

@@ -1,0 +1,216 @@
+"""Chrono's PostgreSQL cluster: initdb on first start, pg_ctl to start and stop, run as postgres.
+
+Its configuration is ``service_conf/postgresql.conf``, included from the cluster's own
+``postgresql.conf`` and rewritten on every ``up``.
+"""
+
+from __future__ import annotations
+
+import glob
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from localservices.base import (
+    PROBE_TIMEOUT_S,
+    chown_tree,
+    holds_port,
+    log,
+    log_tail,
+    output_tail,
+    pid_alive,
+    read_pid,
+    render_template,
+    run_command,
+    write_owned,
+)
+from localservices.config import Endpoint
+from localservices.errors import ServiceStartError, ServiceStopError
+
+POSTGRES_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+
+
+@dataclass(kw_only=True)
+class PostgresService:
+    """Chrono's PostgreSQL cluster in ``$CHRONO_DATA_DIR/postgres``, run as the postgres user."""
+
+    endpoint: Endpoint
+    data_dir: Path
+    name: str = "postgresql"
+    url_variable: str = "DATABASE_URL"
+    packages: tuple[str, ...] = ("postgresql",)
+    debian_service: str = "postgresql"
+    process_names: tuple[str, ...] = ("postgres",)
+    stop_signal: int = signal.SIGINT  # "fast" shutdown; SIGTERM would wait for every client
+    start_timeout_s: float = 60.0
+    os_user: str = "postgres"
+
+    @property
+    def address(self) -> str:
+        return self.endpoint.address
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.endpoint.port,)
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "postgresql.log"
+
+    def _bin(self, program: str) -> str:
+        versions = sorted(glob.glob(POSTGRES_BIN_GLOB), key=lambda p: int(Path(p).parent.name))
+        if not versions:
+            raise ServiceStartError("no PostgreSQL server under /usr/lib/postgresql; run `up`")
+        return str(Path(versions[-1]) / program)
+
+    def pid(self) -> int | None:
+        pid = read_pid(self.data_dir / "postmaster.pid")
+        return pid if pid_alive(pid, comm=self.process_names) else None
+
+    def running(self) -> bool:
+        return self.pid() is not None
+
+    def _admin_connection(self) -> psycopg.Connection:
+        return psycopg.connect(
+            host=str(self.data_dir),
+            port=self.endpoint.port,
+            user="postgres",
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=int(PROBE_TIMEOUT_S),
+        )
+
+    def ready(self) -> bool:
+        try:
+            with self._admin_connection() as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def answers(self) -> bool:
+        postmaster = self.pid()
+        if postmaster is None or not holds_port(postmaster, self.endpoint.port):
+            return False
+        e = self.endpoint
+        try:
+            with psycopg.connect(
+                host=e.host,
+                port=e.port,
+                user=e.user,
+                password=e.password,
+                dbname=e.namespace,
+                connect_timeout=int(PROBE_TIMEOUT_S),
+            ) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def start(self) -> None:
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        conf = render_template("postgresql.conf", port=self.endpoint.port, socket_dir=self.data_dir)
+        write_owned(self.data_dir / "chrono.conf", conf, user=self.os_user)
+        log.info("starting postgresql (pg_ctl, log %s)", self.log_path)
+        result = run_command(
+            [
+                self._bin("pg_ctl"),
+                "start",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-w",
+                "-t",
+                str(int(self.start_timeout_s)),
+            ],
+            user=self.os_user,
+            cwd=self.data_dir,
+            timeout_s=self.start_timeout_s + 10,
+        )
+        if result.returncode != 0:
+            raise ServiceStartError(
+                f"pg_ctl could not start postgresql: {output_tail(result)}\n"
+                f"see {self.log_path}\n{log_tail(self.log_path)}"
+            )
+
+    def _initdb(self) -> None:
+        log.info("creating the postgresql cluster in %s (initdb)", self.data_dir)
+        self.data_dir.mkdir(mode=0o700, exist_ok=True)
+        chown_tree(self.data_dir, self.os_user)
+        # Local (socket) logins are trusted: the socket sits in this 0700 directory, so only root
+        # and postgres reach it. TCP logins, the only kind Chrono's code makes, need a password.
+        result = run_command(
+            [
+                self._bin("initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+            ],
+            user=self.os_user,
+            cwd=self.data_dir,
+        )
+        if result.returncode != 0:
+            raise ServiceStartError(f"initdb failed in {self.data_dir}: {output_tail(result)}")
+        with open(self.data_dir / "postgresql.conf", "a") as conf:
+            conf.write(
+                "\n# Chrono's settings (generated on every `up`)\n"
+                "include_if_exists = 'chrono.conf'\n"
+            )
+
+    def provision(self) -> None:
+        try:
+            self._create_role_and_database()
+        except psycopg.Error as error:
+            raise ServiceStartError(
+                f"could not create the role or database of DATABASE_URL: {error}"
+            ) from None
+
+    def _create_role_and_database(self) -> None:
+        e = self.endpoint
+        role, database = sql.Identifier(e.user), sql.Identifier(e.namespace)
+        with self._admin_connection() as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (e.user,)).fetchone()
+            verb = "ALTER" if exists else "CREATE"
+            log.info(
+                "%s postgresql role %s (LOGIN CREATEDB, password from DATABASE_URL)",
+                "updating" if exists else "creating",
+                e.user,
+            )
+            # CREATEDB lets Django's test runner create its test databases.
+            conn.execute(
+                sql.SQL(verb + " ROLE {} LOGIN CREATEDB PASSWORD {}").format(
+                    role, sql.Literal(e.password)
+                )
+            )
+            if not conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (e.namespace,)
+            ).fetchone():
+                log.info("creating postgresql database %s owned by %s", e.namespace, e.user)
+                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(database, role))
+
+    def stop(self) -> None:
+        if not self.running():
+            log.info("postgresql is not running")
+            return
+        log.info("stopping postgresql (pg_ctl stop -m fast)")
+        result = run_command(
+            [self._bin("pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60"],
+            user=self.os_user,
+            cwd=self.data_dir,
+            timeout_s=70,
+        )
+        if result.returncode != 0 and self.running():
+            raise ServiceStopError(
+                f"pg_ctl could not stop postgresql: {output_tail(result)}; see {self.log_path}"
+            )
+

@@ -1,0 +1,149 @@
+"""Execution leases: a running attempt keeps its lease alive; cancellations reach it here.
+
+Inside a worker process one :class:`LeaseKeeper` thread renews, every third of the lease, the
+leases of the executions that process is running, in one statement, each guarded by its fencing
+token. A renewal that matches nothing means the lease was lost (the reaper declared the attempt
+lost): the keeper stops renewing it and the run's result will be refused.
+
+The keeper also listens on ``chrono:cancel``: when an execution it holds is cancelled, it raises
+``SoftTimeLimitExceeded`` in the task (SIGUSR1, the signal Celery's pool uses for soft time
+limits) and, if the task still runs ``cancel_grace_ms`` later, kills the process (SIGKILL); the
+reaper then records the execution ``CANCELLED``. A cancellation whose announcement was missed is
+seen at the next renewal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+
+import redis
+from django.db import DatabaseError, close_old_connections, connection
+
+from chronocore.config import get_config
+from scheduler.cancellation import CANCEL_CHANNEL
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
+
+log = logging.getLogger("chrono.worker")
+
+
+def renew_leases(held: dict[str, int], *, ttl_ms: int) -> tuple[set[str], set[str]]:
+    """Extend the leases ``{execution id: fencing token}``; returns the ids still held and, of
+    those, the ids whose cancellation was requested."""
+    if not held:
+        return set(), set()
+    ids = list(held)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}) "
+            "UPDATE chrono_execution AS e SET lease_expires_at = %s "
+            "FROM unnest(%s::uuid[], %s::bigint[]) AS x(execution_id, fencing_token) "
+            "JOIN l USING (execution_id) "
+            "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
+            "AND e.status = 'RUNNING' RETURNING e.execution_id, e.cancel_requested_at",
+            [[uuid.UUID(i) for i in ids], ms_to_datetime(now_ms() + ttl_ms),
+             [uuid.UUID(i) for i in ids], [held[i] for i in ids]],
+        )
+        rows = cursor.fetchall()
+    return {str(r[0]) for r in rows}, {str(r[0]) for r in rows if r[1] is not None}
+
+
+class LeaseKeeper(threading.Thread):
+    """One per worker process, started on first use (after the pool forked)."""
+
+    def __init__(self, *, ttl_ms: int, cancel_grace_ms: int, redis_url: str) -> None:
+        super().__init__(name="chrono-lease-keeper", daemon=True)
+        self.ttl_ms = ttl_ms
+        self.cancel_grace_ms = cancel_grace_ms
+        self.redis_url = redis_url
+        self._held: dict[str, int] = {}
+        self._cancelling: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, execution_id: str, fencing_token: int) -> None:
+        with self._lock:
+            self._held[execution_id] = fencing_token
+
+    def release(self, execution_id: str) -> None:
+        with self._lock:
+            self._held.pop(execution_id, None)
+            self._cancelling.pop(execution_id, None)
+
+    def run(self) -> None:
+        pubsub = None
+        next_renewal = time.monotonic() + self.ttl_ms / 3000
+        while True:
+            try:
+                if pubsub is None:
+                    pubsub = redis.Redis.from_url(self.redis_url).pubsub(
+                        ignore_subscribe_messages=True)
+                    pubsub.subscribe(CANCEL_CHANNEL)
+                message = pubsub.get_message(timeout=0.5)
+                if message is not None:
+                    self._cancel([i for i in message["data"].decode().splitlines()])
+            except redis.RedisError as exc:
+                log.error("cancel listener lost Redis (renewals still see cancellations): %r",
+                          exc)
+                pubsub = None
+                time.sleep(1)
+            self._force_overdue()
+            if time.monotonic() >= next_renewal:
+                next_renewal = time.monotonic() + self.ttl_ms / 3000
+                self._renew()
+
+    def _renew(self) -> None:
+        with self._lock:
+            held = dict(self._held)
+        if not held:
+            return
+        try:
+            kept, cancelled = renew_leases(held, ttl_ms=self.ttl_ms)
+        except DatabaseError as exc:
+            log.error("renewing %d execution leases failed, retrying: %r", len(held), exc)
+            close_old_connections()
+            return
+        for execution_id in held.keys() - kept:
+            log.warning("lease of execution %s was lost: its result will be refused",
+                        execution_id)
+            self.release(execution_id)
+        self._cancel(sorted(cancelled))
+
+    def _cancel(self, execution_ids: list[str]) -> None:
+        with self._lock:
+            mine = [i for i in execution_ids if i in self._held and i not in self._cancelling]
+            for execution_id in mine:
+                self._cancelling[execution_id] = time.monotonic()
+        for execution_id in mine:
+            log.warning("execution %s cancelled: stopping it", execution_id)
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def _force_overdue(self) -> None:
+        with self._lock:
+            overdue = [i for i, at in self._cancelling.items()
+                       if time.monotonic() - at > self.cancel_grace_ms / 1000]
+        if overdue:
+            log.error("executions %s ignored their cancellation for %d ms: killing the process",
+                      overdue, self.cancel_grace_ms)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+_keeper: LeaseKeeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def lease_keeper() -> LeaseKeeper:
+    """This process's keeper (a forked child gets its own: the thread does not survive fork)."""
+    global _keeper
+    with _keeper_lock:
+        if _keeper is None or not _keeper.is_alive():
+            config = get_config()
+            _keeper = LeaseKeeper(ttl_ms=config.execution_lease_ttl_ms,
+                                  cancel_grace_ms=config.cancel_grace_ms,
+                                  redis_url=config.redis_url)
+            _keeper.start()
+        return _keeper
