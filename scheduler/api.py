@@ -308,16 +308,23 @@ def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
     return bool(changed or stopped)
 
 
+def _locked_execution(execution_id: uuid.UUID | str, tenant_id: uuid.UUID) -> Execution:
+    """The tenant's execution, locked for the caller's transaction; JobNotFound for another
+    tenant's id as for an unknown one."""
+    execution = (Execution.objects.for_tenant(tenant_id).select_for_update()
+                 .filter(execution_id=execution_id).first())
+    if execution is None:
+        raise JobNotFound(f"no execution {execution_id} for this tenant")
+    return execution
+
+
 def cancel_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> str:
     """Cancel one execution: one not started never starts; a running one is stopped on its
     worker within seconds (forced after ``cancel_grace_ms``). Returns ``"cancelled"``,
     ``"stopping"`` or the status it had already finished in."""
     tenant_id = _tenant_id(tenant)
     with transaction.atomic():
-        execution = (Execution.objects.for_tenant(tenant_id).select_for_update()
-                     .filter(execution_id=execution_id).first())
-        if execution is None:
-            raise JobNotFound(f"no execution {execution_id} for this tenant")
+        execution = _locked_execution(execution_id, tenant_id)
         if execution.status in (ExecutionStatus.SCHEDULED, ExecutionStatus.DISPATCHED,
                                 ExecutionStatus.RETRY_WAIT):
             execution.status, execution.finished_at = ExecutionStatus.CANCELLED, dj_timezone.now()
@@ -343,10 +350,7 @@ def retry_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: str
     execution in any other state with :class:`ExecutionNotRetryable`."""
     tenant_id = _tenant_id(tenant)
     with transaction.atomic():
-        execution = (Execution.objects.for_tenant(tenant_id).select_for_update()
-                     .filter(execution_id=execution_id).first())
-        if execution is None:
-            raise JobNotFound(f"no execution {execution_id} for this tenant")
+        execution = _locked_execution(execution_id, tenant_id)
         if execution.status not in RETRYABLE_BY_HAND:
             raise ExecutionNotRetryable(
                 f"execution {execution_id} is {execution.status}; only a FAILED, DEAD_LETTERED "

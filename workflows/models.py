@@ -17,6 +17,7 @@ import uuid
 from django.db import models
 
 from chronocore.models import Tenant
+from workflows.states import RunStatus
 
 
 class WorkflowDefinitionVersion(models.Model):
@@ -44,15 +45,10 @@ class WorkflowDefinitionVersion(models.Model):
         return f"{self.name} v{self.version}"
 
 
-class WorkflowRunStatus(models.TextChoices):
-    QUEUED = "QUEUED"  # waiting for the definition's concurrency limit
-    RUNNING = "RUNNING"
-    CANCELLING = "CANCELLING"
-    TIMING_OUT = "TIMING_OUT"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMED_OUT = "TIMED_OUT"
+# The run statuses of the pure core (workflows.states.RunStatus), plus QUEUED: a run waiting for
+# its definition's concurrency limit, which the engine keeps before the evaluator sees the run.
+WorkflowRunStatus = models.TextChoices(
+    "WorkflowRunStatus", [("QUEUED", "QUEUED"), *((s.value, s.value) for s in RunStatus)])
 
 
 class WorkflowRun(models.Model):

@@ -90,8 +90,10 @@ def log_in(driver, origin: str) -> None:
     driver.find_element(By.NAME, "username").send_keys(ADMIN_USER)
     driver.find_element(By.NAME, "password").send_keys(ADMIN_PASSWORD)
     driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    # The login page has the site header too; only a logged-in page has the user tools (waiting
+    # for the header let the next page load race the login's POST, and land on the login page).
     WebDriverWait(driver, 15).until(expected_conditions.presence_of_element_located(
-        (By.ID, "site-name")))
+        (By.ID, "user-tools")))
 
 
 def screenshot(driver, name: str) -> Path:

@@ -15,8 +15,15 @@ from tests.browser.conftest import log_in, screenshot
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-def _card_value(driver, card: str, key: str) -> str:
-    return driver.find_element(By.CSS_SELECTOR, f"#{card} dd[data-key='{key}']").text
+def _text(driver, selector: str) -> str | None:
+    # Read in one script: the page redraws its cards and tables on every update, so an element
+    # found by one WebDriver call may be gone by the next.
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e && e.innerText", selector)
+
+
+def _card_value(driver, card: str, key: str) -> str | None:
+    return _text(driver, f"#{card} dd[data-key='{key}']")
 
 
 def test_the_admin_is_styled(platform, web, operator, browser):
@@ -53,9 +60,8 @@ def test_the_dashboard_counts_and_charts_move_while_jobs_run_without_a_reload(
     assert browser.execute_script("return window.chronoNotReloaded === true")
     assert browser.find_element(By.ID, "chrono-dashboard").get_attribute(
         "data-generated-at") != first_update
-    rows = browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")
-    assert "e2e.record_run" in rows[0].text
-    workers = browser.find_element(By.CSS_SELECTOR, "#workers tbody").text
+    assert "e2e.record_run" in _text(browser, "#tasks tbody tr")
+    workers = _text(browser, "#workers tbody")
     assert "healthy" in workers
     screenshot(browser, "dashboard")
 

@@ -14,8 +14,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transa
 
 
 def _statuses(driver) -> dict[str, str]:
-    return {g.get_attribute("data-key"): g.get_attribute("data-status")
-            for g in driver.find_elements(By.CSS_SELECTOR, "#run-graph g.node")}
+    # Read in one script: the page redraws the graph every 2 s, so an element found by one
+    # WebDriver call may be gone by the next.
+    return dict(driver.execute_script(
+        "return Array.from(document.querySelectorAll('#run-graph g.node'))"
+        ".map(g => [g.dataset.key, g.dataset.status])"))
 
 
 def test_a_run_graph_shows_each_step_and_follows_the_run_live(platform, web, operator, browser,
@@ -38,10 +41,12 @@ def test_a_run_graph_shows_each_step_and_follows_the_run_live(platform, web, ope
     wait.until(lambda d: _statuses(d).get("extract") == "RUNNING")
     browser.execute_script("window.chronoNotReloaded = true;")
     assert _statuses(browser)["load"] == "PENDING"
-    waiting = browser.find_element(By.CSS_SELECTOR, "#run-steps tr[data-key='load']").text
+    waiting = browser.execute_script(
+        "return document.querySelector(\"#run-steps tr[data-key='load']\").innerText")
     assert "waiting for" in waiting
     screenshot(browser, "workflow-run")
     wait.until(lambda d: set(_statuses(d).values()) == {"SUCCEEDED"})
     assert browser.execute_script("return window.chronoNotReloaded === true")
     assert browser.find_element(By.ID, "run-graph").get_attribute("data-status") == "SUCCEEDED"
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#run-graph path.edge")) == 4
+    assert browser.execute_script(
+        "return document.querySelectorAll('#run-graph path.edge').length") == 4

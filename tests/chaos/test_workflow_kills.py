@@ -71,8 +71,9 @@ def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step
         "reaper": platform.start_reaper(**FAST),
         "worker": platform.start_worker("w-0", concurrency=2, include=INCLUDE, **FAST),
         "indexer": platform.group.start("indexer", ["indexer"]),
+        "web": platform.group.start("web", ["web", "127.0.0.1:0", "--workers", "1"]),
     }
-    keys = [f"s{i}" for i in range(7)]
+    keys = [f"s{i}" for i in range(8)]
     engine.define(tenant, {"name": "chain", "steps": [
         {"key": key, "task": "wf.work", "kwargs": {"label": key, "seconds": 0.5},
          "parents": [keys[i - 1]] if i else [], "retry": {"max_attempts": 3,
@@ -85,9 +86,11 @@ def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step
         "worker": lambda n: platform.start_worker(f"w-{n}", concurrency=2, include=INCLUDE,
                                                   **FAST),
         "indexer": lambda n: platform.group.start(f"indexer-{n}", ["indexer"]),
+        "web": lambda n: platform.group.start(f"web-{n}", ["web", "127.0.0.1:0", "--workers",
+                                                           "1"]),
     }
-    for n, (kind, key) in enumerate(zip(["worker", "beat", "reaper", "indexer", "worker"],
-                                        keys[:5], strict=True), start=1):
+    kinds = ["worker", "beat", "reaper", "indexer", "web", "worker"]
+    for n, (kind, key) in enumerate(zip(kinds, keys[:len(kinds)], strict=True), start=1):
         assert wait_for(lambda k=key: WorkflowRun.objects.get(pk=run.pk).state["steps"][k]
                         ["status"] == "SUCCEEDED", timeout_s=60), kind
         _kill(processes[kind])

@@ -12,6 +12,7 @@ from chronoadmin.management.commands.dev import WEB_ADDR, run_until_interrupted,
 from chronocore.models import Tenant
 from scheduler import api
 from scheduler.models import Execution
+from workflows import engine
 
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "chrono-demo"  # a loopback-only demo; production admins are created by hand
@@ -23,6 +24,26 @@ CRON_JOBS = [
     ("demo-every-minute", "chrono.demo.report", "0 * * * * *", "America/New_York",
      {"report": "minutely"}),
 ]
+
+
+# A small ETL workflow of built-in tasks, started once now and then every minute by a cron job
+# running the built-in chrono.start_workflow.
+DEMO_WORKFLOW = {
+    "name": "demo-etl",
+    "steps": [
+        {"key": "extract", "task": "chrono.sleep", "kwargs": {"seconds": 2}},
+        {"key": "transform", "task": "chrono.echo", "parents": ["extract"],
+         "kwargs": {"rows": [1, 2, 3]}},
+        {"key": "load", "kind": "map", "task": "chrono.echo", "parents": ["transform"],
+         "map_over": "steps.transform.result.kwargs.rows",
+         "kwargs": {"row": {"$ref": "map.item"}}},
+        {"key": "report", "task": "chrono.echo", "parents": ["extract"],
+         "condition": "input.send_report", "kwargs": {"report": "daily"}},
+        {"key": "total", "kind": "fan_in", "task": "chrono.echo", "parents": ["load"]},
+        {"key": "notify", "task": "chrono.echo", "parents": ["total", "report"],
+         "trigger_rule": "none_failed_min_one_success", "kwargs": {"done": True}},
+    ],
+}
 
 
 class Command(BaseCommand):
@@ -38,6 +59,13 @@ class Command(BaseCommand):
             api.schedule_once("chrono.echo", tenant=tenant, delay=seconds,
                               kwargs={"one_time": f"+{seconds}s"}, name=f"one-time +{seconds}s")
         api.schedule_once("chrono.fail", tenant=tenant, delay=15, name="one-time that fails")
+        engine.define(tenant, DEMO_WORKFLOW, by="demo")
+        api.schedule_cron("chrono.start_workflow", tenant=tenant, cron="30 * * * * *",
+                          kwargs={"workflow": "demo-etl", "run_input": {"send_report": True}},
+                          name="demo-etl every minute", idempotency_key="demo-etl-cron")
+        api.schedule_once("chrono.start_workflow", tenant=tenant, delay=2,
+                          kwargs={"workflow": "demo-etl", "run_input": {"send_report": False}},
+                          name="demo-etl once")
 
         self.stdout.write("Starting beat, worker and web server:")
         group = start_platform(self.stdout)
@@ -46,6 +74,7 @@ class Command(BaseCommand):
             f"  admin      http://{WEB_ADDR}/admin/   "
             f"user {ADMIN_USER}  password {ADMIN_PASSWORD}\n"
             f"  dashboard  http://{WEB_ADDR}/admin/dashboard/\n"
+            f"  workflows  http://{WEB_ADDR}/admin/workflows/workflowrun/\n"
             f"  API schema http://{WEB_ADDR}/api/schema/\n"
             f"Executions as they finish (Ctrl-C stops everything):\n"
         )
