@@ -25,6 +25,7 @@ import orjson
 
 from bench.common import ensure_platform_ready, machine, summarize_ms
 from bench.platform import clean_up, use_bench_redis_db
+from chronocore import grants
 from chronocore.models import ApiKey, Tenant
 from localservices.processes import REPO_ROOT, ChronoProcess
 from scheduler.api import timer_store
@@ -130,6 +131,7 @@ def run(argv: list[str]) -> dict[str, object]:
     tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT,
                                              defaults={"name": "Ingest benchmark"})
     clean_up(tenant)
+    grants.grant(tenant, "*", "*", by="bench")
     _, api_key = ApiKey.objects.issue(tenant=tenant, name="bench ingest")
     port = free_port()
     env = {

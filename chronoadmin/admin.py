@@ -1,4 +1,4 @@
-"""Admin registration of tenants and their API keys."""
+"""Admin registration of tenants, their API keys and their task grants."""
 
 from __future__ import annotations
 
@@ -6,11 +6,20 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from chronocore.models import ApiKey, Tenant, generate_api_key, hash_api_key
+from chronocore.models import ApiKey, TaskGrant, Tenant, generate_api_key, hash_api_key
 
 admin.site.site_header = "Chrono"
 admin.site.site_title = "Chrono admin"
 admin.site.index_title = "Jobs, executions and workers"
+
+
+class TaskGrantInline(admin.TabularInline):
+    """A tenant's grants on its page: exact task and queue names or globs (``billing.*``)."""
+
+    model = TaskGrant
+    extra = 1
+    fields = ("task_pattern", "queue_pattern", "created_by", "created_at")
+    readonly_fields = ("created_by", "created_at")
 
 
 @admin.register(Tenant)
@@ -18,6 +27,23 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "is_active", "created_at")
     search_fields = ("slug", "name")
     readonly_fields = ("tenant_id", "created_at")
+    inlines = [TaskGrantInline]
+
+
+@admin.register(TaskGrant)
+class TaskGrantAdmin(admin.ModelAdmin):
+    """Which tasks, on which queues, each tenant may schedule (docs/security.md)."""
+
+    list_display = ("tenant", "task_pattern", "queue_pattern", "created_by", "created_at")
+    list_filter = ("tenant",)
+    search_fields = ("tenant__slug", "task_pattern", "queue_pattern")
+    list_select_related = ("tenant",)
+    readonly_fields = ("created_by", "created_at")
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.created_by = f"admin:{request.user.get_username()}"
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(ApiKey)

@@ -27,6 +27,8 @@ USAGE = """usage: chrono COMMAND [ARGS]
                             create or update the cron jobs of @chrono_job tasks
   import-beat MODULE:APP [--tenant SLUG] [--dry-run]
                             turn a Celery app's beat_schedule into Chrono cron jobs
+  grants add|list|remove --tenant SLUG [--task PATTERN] [--queue PATTERN]
+                            the tasks and queues a tenant may schedule
   bench NAME                run a benchmark, print one JSON line
   (any other Django management command)
 """

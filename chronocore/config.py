@@ -100,6 +100,9 @@ class ChronoConfig:
     run_at_grace_ms: int = 5_000
     idempotency_ttl_s: int = 24 * 3600
     idempotency_lock_timeout_s: int = 60
+    # Each process keeps a tenant's task grants this long before reading them again; a grant
+    # removed in another process (the admin, the CLI) is refused everywhere within it.
+    grant_cache_ttl_ms: int = 5_000
 
     # Audit log (search/). Events go to the data stream logs-chrono.audit-<audit_namespace>;
     # tests use a namespace of their own so that runs side by side on one engine do not meet.
@@ -141,6 +144,7 @@ class ChronoConfig:
             ("pending_jobs_quota", 0),
             ("pending_jobs_recount_s", 1),
             ("run_at_grace_ms", 0),
+            ("grant_cache_ttl_ms", 0),
             ("idempotency_ttl_s", 60),
             ("idempotency_lock_timeout_s", 1),
             ("audit_retention_days", 1),

@@ -137,3 +137,39 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.key}"
+
+
+class TaskGrant(models.Model):
+    """What one tenant may run: tasks matching ``task_pattern`` on queues matching
+    ``queue_pattern``. A tenant with no grant runs nothing. Patterns are exact names or
+    case-sensitive globs (``*`` any run of characters, dots included; ``?`` one character;
+    ``[abc]`` one of them): see :mod:`chronocore.grants`."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="task_grants")
+    task_pattern = models.CharField(max_length=200, help_text=(
+        "A task name ('billing.tasks.charge') or a glob ('billing.*'; '*' is every task)."))
+    queue_pattern = models.CharField(max_length=200, default="*", help_text=(
+        "A queue name ('billing') or a glob; '*' (the default) is every queue."))
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "chrono_task_grant"
+        ordering = ["tenant_id", "task_pattern", "queue_pattern"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "task_pattern", "queue_pattern"],
+                                    name="task_grant_tenant_patterns_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_pattern} on {self.queue_pattern}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from chronocore.grants import pattern_problem
+
+        errors = {name: problem for name in ("task_pattern", "queue_pattern")
+                  if (problem := pattern_problem(getattr(self, name)))}
+        if errors:
+            raise ValidationError(errors)

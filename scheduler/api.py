@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from django.db import IntegrityError, transaction
 from django.utils import timezone as dj_timezone
 
+from chronocore import grants
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from chronocore.redis_client import redis_client
@@ -23,7 +24,13 @@ from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
-from scheduler.errors import ExecutionNotRetryable, InvalidJob, JobNotFound, PayloadTooLarge
+from scheduler.errors import (
+    ExecutionNotRetryable,
+    InvalidJob,
+    JobNotFound,
+    PayloadTooLarge,
+    TaskNotGranted,
+)
 from scheduler.executions import cancel_pending_executions
 from scheduler.inputs import control_character_problem, encode_payload
 from scheduler.misfire import (
@@ -84,6 +91,12 @@ def _json_payload(args: object, kwargs: object) -> tuple[list, dict]:
     return values[0], values[1]
 
 
+def check_granted(tenant_id: uuid.UUID | str, task_name: str, queue: str) -> None:
+    """Raise :class:`TaskNotGranted` unless the tenant was granted ``task_name`` on ``queue``."""
+    if message := grants.refusal(tenant_id, task_name, queue):
+        raise TaskNotGranted(message, task_name=task_name, queue=queue)
+
+
 def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> int:
     if (delay is None) == (at is None):
         raise InvalidJob("give exactly one of delay= or at=", field="delay")
@@ -105,6 +118,7 @@ def _create(tenant: TenantRef, idempotency_key: str | None, by: str = "", **fiel
                 idempotency_key=idempotency_key)
     if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
         raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
+    check_granted(tenant_id, fields["job_type"], fields["queue"])
     fields["args"], fields["kwargs"] = _json_payload(fields.get("args") or [],
                                                      fields.get("kwargs") or {})
     with transaction.atomic():
@@ -385,6 +399,8 @@ def schedule_once_many(
     """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
     tenant_id = _tenant_id(tenant)
     _check_text(task_name=task_name, name=name, queue=queue)
+    queue = queue or get_config().default_queue
+    check_granted(tenant_id, task_name, queue)
     args, kwargs = _json_payload(args, kwargs or {})
     for at in fire_times:
         if dj_timezone.is_naive(at):
@@ -396,7 +412,7 @@ def schedule_once_many(
             name=name,
             args=args,
             kwargs=kwargs,
-            queue=queue or get_config().default_queue,
+            queue=queue,
             next_run_at=ms_to_datetime(datetime_to_ms(at)),
         )
         for at in fire_times
@@ -515,6 +531,7 @@ def reschedule(
     _check_text(cron=cron, timezone=timezone)
     with transaction.atomic():
         job = _locked_job(job_id, tenant, editable=True)
+        check_granted(job.tenant_id, job.job_type, job.queue)
         if job.cron_expression:
             if at is not None:
                 raise InvalidJob("at= is for one-time jobs; pass cron= or timezone=", field="at")
@@ -568,6 +585,7 @@ def configure(
     row when it publishes; attempts already published keep theirs)."""
     with transaction.atomic():
         job = _locked_job(job_id, tenant, editable=True)
+        check_granted(job.tenant_id, job.job_type, job.queue)
         changed: list[str] = []
         if retry is not None:
             job.retry_policy, job.max_retries = retry.to_json(), retry.max_attempts - 1

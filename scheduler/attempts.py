@@ -125,7 +125,32 @@ def fail_unregistered_task(
 ) -> bool:
     """End a delivered attempt whose task the receiving worker does not know: FAILED, not
     retried, since every worker of a deployment's queue runs the same code and would refuse it
-    again. The message can arrive before the beat's recorder marked the execution DISPATCHED,
+    again (:func:`fail_delivered_attempt`)."""
+    return fail_delivered_attempt(
+        execution_id, attempt=attempt, worker_id=worker_id,
+        error=unregistered_task_error(task_name, worker_id),
+        error_type=UNREGISTERED_TASK_ERROR_TYPE, reason="task not registered on worker",
+    )
+
+
+NOT_GRANTED_ERROR_TYPE = "scheduler.errors.TaskNotGranted"
+
+
+def fail_ungranted_task(execution_id: str, *, attempt: int, message: str,
+                        worker_id: str) -> bool:
+    """End a delivered attempt whose tenant was not granted its task or queue: FAILED, not
+    retried, the task's body never run; ``message`` (the grant refusal) is its error."""
+    return fail_delivered_attempt(
+        execution_id, attempt=attempt, worker_id=worker_id,
+        error=f"TaskNotGranted: {message}", error_type=NOT_GRANTED_ERROR_TYPE,
+        reason="task not granted to the tenant",
+    )
+
+
+def fail_delivered_attempt(execution_id: str, *, attempt: int, worker_id: str, error: str,
+                           error_type: str, reason: str) -> bool:
+    """End a delivered attempt that may not run, before it starts: FAILED with ``error``, not
+    retried. The message can arrive before the beat's recorder marked the execution DISPATCHED,
     so SCHEDULED is accepted too, as a start is. False when the execution had moved on at that
     attempt (cancelled meanwhile, or a redelivery of a message already handled)."""
     with connection.cursor() as cursor:
@@ -140,9 +165,8 @@ def fail_unregistered_task(
     fencing_token, status = row
     outcome = end_attempt(
         execution_id, fencing_token=fencing_token, from_status=status, attempt=attempt,
-        policy=RetryPolicy(max_attempts=1), error=unregistered_task_error(task_name, worker_id),
-        error_type=UNREGISTERED_TASK_ERROR_TYPE, reason_prefix="task not registered on worker",
-        actor=f"worker:{worker_id}",
+        policy=RetryPolicy(max_attempts=1), error=error, error_type=error_type,
+        reason_prefix=reason, actor=f"worker:{worker_id}",
     )
     return outcome is not None
 

@@ -64,3 +64,17 @@ class JobNotFound(SchedulerError, LookupError):
 class UntranslatableSchedule(InvalidSchedule):
     """Raised when a Celery beat schedule has no exact cron equivalent (an interval that does not
     divide a minute, an hour or a day; a solar or custom schedule; both day fields restricted)."""
+
+
+class TaskNotGranted(SchedulerError, PermissionError):
+    """Raised when a tenant schedules a task, or a queue, it was not granted
+    (:mod:`chronocore.grants`). The message names the task and queue and how to get them
+    granted; ``field`` is ``task_name``. The REST API answers 403."""
+
+    def __init__(self, message: str, *, task_name: str, queue: str,
+                 field: str = "task_name") -> None:
+        super().__init__(message)
+        self.message = message
+        self.task_name = task_name
+        self.queue = queue
+        self.field = field

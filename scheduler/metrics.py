@@ -62,7 +62,7 @@ EXECUTIONS = Counter(
 # could not be recorded, the message went back to the queue. unregistered: the worker does not
 # know the task. unrecorded: the success could not be written (the reaper will see it lost).
 OUTCOMES = ("succeeded", "retrying", "dead_lettered", "failed", "cancelled", "refused",
-            "not_startable", "requeued", "unregistered", "unrecorded")
+            "not_startable", "requeued", "unregistered", "not_granted", "unrecorded")
 _OUTCOME_COUNTERS = {outcome: EXECUTIONS.labels(outcome) for outcome in OUTCOMES}
 _OUTCOME_OF_STATUS = {"RETRY_WAIT": "retrying", "DEAD_LETTERED": "dead_lettered",
                       "FAILED": "failed"}

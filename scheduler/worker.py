@@ -9,6 +9,11 @@ While the body runs, the process's lease keeper renews the execution's lease. A 
 the job's retry policy (``chrono_retry_policy`` header): another attempt after a backoff, or the
 end (dead-lettered). Calls without the headers (``task.delay()``, a plain Celery message) run as
 ordinary Celery tasks.
+
+Defence in depth: a Chrono message whose tenant (``chrono_tenant_id``) was not granted its task
+on the queue it came from ends FAILED with the reason, its body never run, however it reached
+the queue (a grant revoked after it was published, a message published by hand). The check is
+the per-process cached look-up of :mod:`chronocore.grants` (a dictionary look-up).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import task_unknown
 from django.db import DatabaseError, connection
 
+from chronocore import grants
 from chronocore.config import get_config
 from scheduler import metrics, rollups
 from scheduler.attempts import (
     end_attempt,
+    fail_ungranted_task,
     fail_unregistered_task,
     next_attempt_message,
     send_attempt,
@@ -98,6 +105,9 @@ class ChronoTask(Task):
         execution_id = getattr(self.request, "chrono_execution_id", None)
         if not execution_id:
             return super().__call__(*args, **kwargs)
+        if (refused := self._grant_refusal()) is not None:
+            self._refuse(execution_id, refused)
+            return None
         request = StartRequest(
             execution_id=execution_id,
             attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
@@ -187,6 +197,30 @@ class ChronoTask(Task):
         log.info("execution %s: attempt %d in %d ms (%s)", started.execution_id,
                  outcome.attempt, outcome.delay_ms, how)
         return "retrying"
+
+    def _grant_refusal(self) -> str | None:
+        """Why this delivery's tenant may not run it here; None when it may."""
+        tenant_id = getattr(self.request, "chrono_tenant_id", None)
+        queue = ((self.request.delivery_info or {}).get("routing_key")
+                 or get_config().default_queue)
+        if not tenant_id:
+            return f"the message of task {self.name!r} names no tenant (chrono_tenant_id)"
+        return grants.refusal(tenant_id, self.name, queue)
+
+    def _refuse(self, execution_id: str, message: str) -> None:
+        """End the delivered attempt FAILED with ``message``, without running the body."""
+        worker_id = self.request.hostname or "unknown"
+        attempt = int(getattr(self.request, "chrono_attempt", 1) or 1)
+        try:
+            ended = _retrying(lambda: fail_ungranted_task(
+                str(execution_id), attempt=attempt, message=message, worker_id=worker_id))
+        except DatabaseError as exc:
+            log.error("could not record that execution %s is refused (%s): %r", execution_id,
+                      message, exc)
+            metrics.count_outcome("requeued")
+            raise Reject(exc, requeue=True) from exc
+        metrics.count_outcome("not_granted" if ended else "not_startable")
+        log.error("execution %s refused, body not run: %s", execution_id, message)
 
     def _retry_policy(self) -> RetryPolicy:
         raw = getattr(self.request, "chrono_retry_policy", None)

@@ -61,6 +61,33 @@ def redis_client(services_up):
     client.flushdb()
 
 
+@pytest.fixture(autouse=True)
+def _tenants_granted_everything(request):
+    """Every tenant a test creates (the fixtures below, Tenant.objects.create, the tenants API)
+    is granted every task on every queue, so that the suite's tests, written before grants,
+    schedule what they like; the grant tests mark themselves ``no_default_grants`` and grant
+    what they mean to. A receiver rather than a grant per fixture: many tests create their
+    tenants themselves."""
+    from chronocore import grants
+
+    grants.forget()
+    if request.node.get_closest_marker("no_default_grants"):
+        yield
+        return
+    from django.db.models.signals import post_save
+
+    from chronocore.models import TaskGrant, Tenant
+
+    def grant_everything(sender, instance, created, raw=False, **_):
+        if created and not raw:
+            TaskGrant.objects.get_or_create(tenant=instance, task_pattern="*",
+                                            queue_pattern="*", defaults={"created_by": "tests"})
+
+    post_save.connect(grant_everything, sender=Tenant, dispatch_uid="tests-grant-everything")
+    yield
+    post_save.disconnect(sender=Tenant, dispatch_uid="tests-grant-everything")
+
+
 @pytest.fixture
 def tenant(db):
     from chronocore.models import Tenant

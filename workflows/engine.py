@@ -69,6 +69,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
+from chronocore import grants
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from scheduler import api as scheduler_api
@@ -177,9 +178,12 @@ def parse_definition(spec: dict | WorkflowDefinition) -> WorkflowDefinition:
 def define(tenant: Tenant | uuid.UUID | str, spec: dict | WorkflowDefinition, *,
            by: str = "") -> WorkflowDefinitionVersion:
     """Store a workflow definition as the next version of its name (the same spec as the
-    latest version: that version, nothing new)."""
+    latest version: that version, nothing new). Every step's task must be granted to the
+    tenant on the step's queue (the default queue for a step without one): DefinitionError
+    naming ``steps.<key>.task`` otherwise; a step is checked again when it is dispatched."""
     definition = parse_definition(spec)
     tenant_id = _tenant_id(tenant)
+    check_steps_granted(tenant_id, definition)
     with transaction.atomic():
         with connection.cursor() as cursor:  # versions of one name are numbered one at a time
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
@@ -198,6 +202,20 @@ def define(tenant: Tenant | uuid.UUID | str, spec: dict | WorkflowDefinition, *,
                      message=f"Workflow {definition.name} v{version.version} defined",
                      data={"workflow": definition.name, "version": version.version})
     return version
+
+
+def check_steps_granted(tenant_id: uuid.UUID, definition: WorkflowDefinition) -> None:
+    """DefinitionError naming ``steps.<key>.task`` for each step whose task the tenant was not
+    granted on the step's queue."""
+    default_queue = get_config().default_queue
+    problems = [
+        (f"steps.{step.key}.task", refused)
+        for step in definition.steps
+        if step.task and (refused := grants.refusal(tenant_id, step.task,
+                                                    step.queue or default_queue))
+    ]
+    if problems:
+        raise DefinitionError(problems)
 
 
 @lru_cache(maxsize=512)
@@ -530,6 +548,7 @@ class _Writes:
     """What carrying out the evaluations of several runs writes, one statement per kind."""
 
     jobs: list[Job] = field(default_factory=list)
+    refused: set[tuple[StepRef, int]] = field(default_factory=set)  # dispatches not granted
     watches: list[JobWatch] = field(default_factory=list)
     tasks: list[WorkflowTask] = field(default_factory=list)
     timers: list[tuple[str, int]] = field(default_factory=list)
@@ -605,7 +624,7 @@ def _retry_dispatches(definition: WorkflowDefinition, state: RunState, retry) ->
 
 def _step_jobs(run: WorkflowRun, jobs: Iterable[tuple[Dispatch, int]], writes: _Writes) -> None:
     for dispatch, fire_ms in jobs:
-        if dispatch.task is None:
+        if dispatch.task is None or (dispatch.ref, dispatch.attempt) in writes.refused:
             continue
         job_id = task_job_id(run.run_id, dispatch.ref, dispatch.attempt)
         soft_ms = None if dispatch.timeout_s is None else int(dispatch.timeout_s * 1000)
@@ -698,7 +717,7 @@ def _settle_children(run: WorkflowRun, definition: WorkflowDefinition,
     sub_workflow step's dispatch, started in the same pass)."""
     evaluations = list(evaluations)
     stops = [s for e in evaluations for s in e.stops if s.action in CHILD_STOP_ACTIONS]
-    dispatches = [d for e in evaluations for d in e.dispatches if d.sub_workflow]
+    dispatches = [d for e in evaluations for d in e.dispatches if _settled_here(run, d)]
     now = now_ms()
     for stop in stops:
         evaluations += _evaluate_all(run, definition, evaluations[-1].state,
@@ -709,11 +728,12 @@ def _settle_children(run: WorkflowRun, definition: WorkflowDefinition,
         _lock_admissions(run.tenant_id, {d.sub_workflow for d in dispatches})
         added: list[Evaluation] = []
         for dispatch in dispatches:
-            more = _evaluate_all(run, definition, (added or evaluations)[-1].state,
-                                 _start_child(run, dispatch, writes), now)
+            events = (_start_child(run, dispatch, writes) if dispatch.sub_workflow
+                      else _refuse_step(run, dispatch, writes))
+            more = _evaluate_all(run, definition, (added or evaluations)[-1].state, events, now)
             added += more
         evaluations += added
-        dispatches = [d for e in added for d in e.dispatches if d.sub_workflow]
+        dispatches = [d for e in added for d in e.dispatches if _settled_here(run, d)]
     return evaluations
 
 
@@ -762,6 +782,26 @@ def _start_child(run: WorkflowRun, dispatch: Dispatch, writes: _Writes) -> list[
                                      run_id=run.run_id, step_key=ref.key,
                                      map_index=ref.map_index, attempt=attempt))
     return [started]
+
+
+TASK_NOT_GRANTED = "scheduler.errors.TaskNotGranted"
+
+
+def _settled_here(run: WorkflowRun, dispatch: Dispatch) -> bool:
+    """A dispatch :func:`_settle_children` handles: a sub_workflow step's, or a task step's
+    whose task the run's tenant is no longer granted (it fails instead of becoming a job)."""
+    if dispatch.sub_workflow:
+        return True
+    return bool(dispatch.task) and not grants.is_granted(
+        run.tenant_id, dispatch.task, dispatch.queue or run.queue)
+
+
+def _refuse_step(run: WorkflowRun, dispatch: Dispatch, writes: _Writes) -> list[Event]:
+    """The step of a dispatch whose task is not granted: started and FAILED at once, no job."""
+    writes.refused.add((dispatch.ref, dispatch.attempt))
+    message = grants.refusal(run.tenant_id, str(dispatch.task), dispatch.queue or run.queue)
+    return [StepStarted(dispatch.ref.key, dispatch.attempt, dispatch.ref.map_index),
+            _refused(dispatch, TASK_NOT_GRANTED, message or "task not granted")]
 
 
 def _refused(dispatch: Dispatch, error_type: str, text: str) -> StepEnded:

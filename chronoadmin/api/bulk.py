@@ -28,6 +28,7 @@ from chronoadmin.api.validation import (
     SpecInvalid,
     parse_job_spec,
 )
+from chronocore import grants
 from chronocore.config import get_config
 from chronocore.pgcopy import NULL, TimestampText, copy_rows, copy_text, escape
 from scheduler.api import timer_store
@@ -93,9 +94,12 @@ def _copy_plan() -> _CopyPlan:
     return _CopyPlan(sql=sql, defaults=tuple(defaults))
 
 
-def validate_items(items: list, limits: Limits) -> tuple[BulkResult, list[JobSpec]]:
+def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None = None,
+                   ) -> tuple[BulkResult, list[JobSpec]]:
     """Check every item; ids are assigned to the valid ones (in order) and errors to the rest.
-    A cron job with jitter gets its first occurrence spread by its id, as schedule_cron does."""
+    With ``tenant_id``, an item whose task or queue the tenant was not granted is refused
+    (field ``job_type``, the message of the REST API's 403). A cron job with jitter gets its
+    first occurrence spread by its id, as schedule_cron does."""
     result = BulkResult(ids=[None] * len(items))
     specs: list[JobSpec] = []
     valid: list[int] = []
@@ -105,12 +109,18 @@ def validate_items(items: list, limits: Limits) -> tuple[BulkResult, list[JobSpe
             errors.append({"index": index, "field": NON_FIELD, "message": item.message})
             continue
         try:
-            specs.append(parse_job_spec(item, limits))
+            spec = parse_job_spec(item, limits)
         except SpecInvalid as exc:
             for field_name, messages in exc.errors.items():
                 for message in messages:
                     errors.append({"index": index, "field": field_name, "message": message})
             continue
+        if tenant_id is not None and (
+            refused := grants.refusal(tenant_id, spec.job_type, spec.queue)
+        ):
+            errors.append({"index": index, "field": "job_type", "message": refused})
+            continue
+        specs.append(spec)
         valid.append(index)
     for index, job_id, spec in zip(valid, new_job_ids(len(valid)), specs, strict=True):
         result.ids[index] = job_id
@@ -122,7 +132,7 @@ def validate_items(items: list, limits: Limits) -> tuple[BulkResult, list[JobSpe
 def ingest(tenant_id: uuid.UUID, items: list, limits: Limits) -> BulkResult:
     """Validate ``items``, COPY the valid ones as jobs of ``tenant_id`` and add their timers
     after commit. Raises QuotaExceeded (nothing written) when they would pass the quota."""
-    result, specs = validate_items(items, limits)
+    result, specs = validate_items(items, limits, tenant_id=tenant_id)
     if not specs:
         return result
     quota.check_quota(tenant_id, len(specs))

@@ -87,3 +87,10 @@ class TimerStoreUnavailable(APIException):
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "timer_store_unavailable"
+
+
+class TaskNotGrantedError(APIException):
+    """Raised when the caller's tenant was not granted the task or queue it asked for (403)."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = "task_not_granted"

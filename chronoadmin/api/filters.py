@@ -18,6 +18,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
 
 from chronoadmin.api.pagination import PAGE_SIZE_PARAM
+from chronocore.models import TaskGrant
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
 
 ORDERING_PARAM = "ordering"
@@ -88,6 +89,16 @@ class ExecutionFilter(django_filters.FilterSet):
 
     class Meta:
         model = Execution
+        fields: list[str] = []
+
+
+class TaskGrantFilter(django_filters.FilterSet):
+    tenant = django_filters.UUIDFilter(field_name="tenant_id", help_text="A tenant's id.")
+    tenant_slug = django_filters.CharFilter(field_name="tenant__slug",
+                                            help_text="A tenant's slug.")
+
+    class Meta:
+        model = TaskGrant
         fields: list[str] = []
 
 

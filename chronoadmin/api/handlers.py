@@ -2,6 +2,7 @@
 
 Scheduler errors raised by :mod:`scheduler.api` carry the name of the input at fault in
 ``field``; they become 400 (413 for an oversized payload) under the API's name of that field.
+A task or queue the tenant was not granted is 403 (:class:`scheduler.errors.TaskNotGranted`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,28 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from chronoadmin.api.errors import RequestTooLarge, TimerStoreUnavailable, api_field
-from scheduler.errors import InvalidJob, InvalidSchedule, JobNotFound, PayloadTooLarge
+from chronoadmin.api.errors import (
+    RequestTooLarge,
+    TaskNotGrantedError,
+    TimerStoreUnavailable,
+    api_field,
+)
+from scheduler.errors import (
+    InvalidJob,
+    InvalidSchedule,
+    JobNotFound,
+    PayloadTooLarge,
+    TaskNotGranted,
+)
 
 logger = logging.getLogger("chrono.api")
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF's handler, plus scheduler errors (400/404/413 with the field) and Redis (503)."""
-    if isinstance(exc, PayloadTooLarge):
+    if isinstance(exc, TaskNotGranted):
+        exc = TaskNotGrantedError(exc.message)
+    elif isinstance(exc, PayloadTooLarge):
         exc = RequestTooLarge({api_field(exc.field): [exc.message]})
     elif isinstance(exc, InvalidSchedule | InvalidJob):
         exc = ValidationError({api_field(exc.field): [exc.message]})

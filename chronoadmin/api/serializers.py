@@ -31,7 +31,8 @@ from chronoadmin.api.validation import (
     unknown_field_errors,
 )
 from chronocore.config import get_config
-from chronocore.models import ApiKey, Tenant
+from chronocore.grants import pattern_problem
+from chronocore.models import ApiKey, TaskGrant, Tenant
 from reaper.models import Worker
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.cron import format_fire_time
@@ -361,6 +362,26 @@ class ApiKeySerializer(StrictModelSerializer):
         fields = ("key_id", "tenant", "name", "prefix", "created_at", "revoked_at",
                   "last_used_at")
         read_only_fields = ("key_id", "prefix", "created_at", "revoked_at", "last_used_at")
+
+
+class TaskGrantSerializer(StrictModelSerializer):
+    """A tenant's grant: tasks matching ``task_pattern`` on queues matching ``queue_pattern``
+    (exact names or case-sensitive globs: ``billing.*``, ``*``; docs/security.md)."""
+
+    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+
+    class Meta:
+        model = TaskGrant
+        fields = ("id", "tenant", "task_pattern", "queue_pattern", "created_at", "created_by")
+        read_only_fields = ("id", "created_at", "created_by")
+        validators: list = []  # a repeated grant is answered by the view (200, the grant)
+
+    def validate(self, attrs: dict) -> dict:
+        errors = {name: [problem] for name in ("task_pattern", "queue_pattern")
+                  if (problem := pattern_problem(attrs.get(name, "*")))}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):

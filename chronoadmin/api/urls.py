@@ -10,6 +10,7 @@ from chronoadmin.api.views import (
     ApiKeyViewSet,
     ExecutionViewSet,
     JobViewSet,
+    TaskGrantViewSet,
     TenantAdminViewSet,
     WorkerViewSet,
 )
@@ -21,6 +22,7 @@ router.register("executions", ExecutionViewSet, basename="execution")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("tenants", TenantAdminViewSet, basename="tenant")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")
+router.register("task-grants", TaskGrantViewSet, basename="task-grant")
 router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("workflow-runs", WorkflowRunViewSet, basename="workflow-run")
 

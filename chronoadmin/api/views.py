@@ -22,6 +22,7 @@ from chronoadmin.api.filters import (
     JobFilter,
     StrictFilterBackend,
     StrictOrderingFilter,
+    TaskGrantFilter,
 )
 from chronoadmin.api.idempotency import HEADER as IDEMPOTENCY_HEADER
 from chronoadmin.api.idempotency import idempotent
@@ -37,6 +38,7 @@ from chronoadmin.api.serializers import (
     JobDetailSerializer,
     JobSerializer,
     JobUpdateSerializer,
+    TaskGrantSerializer,
     TenantSerializer,
     WorkerSerializer,
     current_limits,
@@ -47,8 +49,9 @@ from chronoadmin.api.validation import (
     options_of,
     parse_options,
 )
+from chronocore import grants
 from chronocore.config import get_config
-from chronocore.models import ApiKey, Tenant
+from chronocore.models import ApiKey, TaskGrant, Tenant
 from chronocore.rest.permissions import IsPlatformAdmin, IsTenantClient, tenant_of
 from chronocore.rest.throttling import TenantRateThrottle
 from reaper.models import Worker
@@ -427,3 +430,32 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformVi
             revoked_at=dj_timezone.now()
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(tags=["platform"])
+class TaskGrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PlatformViewSet):
+    """Tenants' task grants (docs/security.md). POST grants (200 with the grant when it was
+    already there, 201 when new); DELETE revokes. ``?tenant=<id>`` or ``?tenant_slug=<slug>``
+    lists one tenant's."""
+
+    queryset = TaskGrant.objects.select_related("tenant")
+    serializer_class = TaskGrantSerializer
+    http_method_names = ["get", "post", "delete", "head", "options"]
+
+    filterset_class = TaskGrantFilter
+
+    def create(self, request: Request) -> Response:
+        serializer = TaskGrantSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        task_grant, created = grants.grant(
+            data["tenant"], data["task_pattern"], data.get("queue_pattern", grants.EVERYTHING),
+            by=f"api:{request.user.get_username()}")
+        return Response(TaskGrantSerializer(task_grant).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, pk: str) -> Response:
+        self.get_object().delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+

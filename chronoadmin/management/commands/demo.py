@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from chronoadmin.management.commands.dev import WEB_ADDR, run_until_interrupted, start_platform
+from chronocore import grants
+from chronocore.config import get_config
 from chronocore.models import Tenant
 from scheduler import api
 from scheduler.models import Execution
@@ -24,6 +26,8 @@ CRON_JOBS = [
     ("demo-every-minute", "chrono.demo.report", "0 * * * * *", "America/New_York",
      {"report": "minutely"}),
 ]
+# The tasks the demo's jobs run: granted to the demo tenant, on the default queue, only.
+DEMO_TASKS = ("chrono.demo.report", "chrono.echo", "chrono.fail")
 
 
 # A small ETL workflow of built-in tasks, started once now and then every minute by a cron job
@@ -51,6 +55,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo Corp"})
+        for task_name in DEMO_TASKS:  # built-in tasks are granted to nobody but the demo
+            grants.grant(tenant, task_name, get_config().default_queue, by="chrono demo")
         self._admin_user()
         for key, task, cron, tz, kwargs in CRON_JOBS:
             api.schedule_cron(task, tenant=tenant, cron=cron, timezone=tz, kwargs=kwargs,

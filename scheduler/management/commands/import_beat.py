@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from chronocore.grants import InvalidGrant, ensure_granted
 from scheduler.app_loading import AppNotFound, load_celery_app, routed_queue
 from scheduler.beat_import import translate_entry
 from scheduler.cron import validate_timezone
@@ -87,8 +88,12 @@ class Command(BaseCommand):
                 kwargs=translated.kwargs,
                 name=name,
             )
+            queue = spec.job_fields()["queue"]
+            if ensure_granted(tenant, spec.task_name, queue, by="chrono import-beat"):
+                self.stdout.write(f"{'granted':<12} {spec.task_name} on queue {queue} to "
+                                  f"tenant {tenant.slug}")
             result = sync_cron_job(spec, tenant=tenant, by="chrono import-beat")
-        except SchedulerError as exc:
+        except (SchedulerError, InvalidGrant) as exc:
             self.stdout.write(f"{'skipped':<12} {label}: {exc}")
             return "skipped"
         job = result.job

@@ -1,6 +1,10 @@
 """``chrono sync-jobs MODULE[:APP] … [--tenant SLUG] [--dry-run]``: one Chrono cron job per task
 declared with ``@chrono_job(cron=…)``, created or brought up to date. Run it after each deploy;
-a second run changes nothing."""
+a second run changes nothing.
+
+Every decorated task synced (one-time ones included) is granted, on its queue, to its tenant
+(:mod:`chronocore.grants`): the platform's operator runs this command, so declaring a task in
+code and syncing it is how a team is granted its own tasks."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from contextlib import nullcontext
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from chronocore.config import get_config
+from chronocore.grants import InvalidGrant, ensure_granted
 from scheduler.app_loading import AppNotFound, import_task_modules
 from scheduler.declared_jobs import SyncOutcome, default_tenant, resolve_tenant, sync_cron_job
 from scheduler.decorators import declared_tasks
@@ -65,18 +71,23 @@ class Command(BaseCommand):
     def _sync(self, name, task, fallback_tenant, dry_run) -> str:
         try:
             spec = task.cron_job_spec()
-            if spec is None:
-                self.stdout.write(f"{'one-time':<12} {name}: no cron; schedule() creates its jobs")
-                return "one-time"
             ref = task.chrono.tenant
             tenant = resolve_tenant(ref) if ref is not None else fallback_tenant
+            if spec is None and tenant is None:
+                self.stdout.write(f"{'one-time':<12} {name}: no cron; schedule() creates its "
+                                  "jobs (not granted: no tenant, pass --tenant SLUG)")
+                return "one-time"
             if tenant is None:
                 raise CommandError(
                     f"{name}: no tenant; pass tenant= to @chrono_job or --tenant SLUG "
                     "(required when there is not exactly one tenant)"
                 )
+            self._grant(name, task.chrono.queue or get_config().default_queue, tenant)
+            if spec is None:
+                self.stdout.write(f"{'one-time':<12} {name}: no cron; schedule() creates its jobs")
+                return "one-time"
             result = sync_cron_job(spec, tenant=tenant, by="chrono sync-jobs")
-        except SchedulerError as exc:
+        except (SchedulerError, InvalidGrant) as exc:
             self.stdout.write(f"{'skipped':<12} {name}: {exc}")
             return "skipped"
         except CommandError as exc:
@@ -93,3 +104,8 @@ class Command(BaseCommand):
             line += f" (changed: {', '.join(result.changed)})"
         self.stdout.write(line)
         return word
+
+    def _grant(self, task_name: str, queue: str, tenant) -> None:
+        if ensure_granted(tenant, task_name, queue, by="chrono sync-jobs"):
+            self.stdout.write(f"{'granted':<12} {task_name} on queue {queue} to tenant "
+                              f"{tenant.slug}")

@@ -1,0 +1,187 @@
+"""Per-tenant task and queue grants: which tasks, on which queues, a tenant may run.
+
+A grant is a pair of patterns, ``(task_pattern, queue_pattern)``. A pattern is an exact name
+(``billing.tasks.charge``) or a glob in :mod:`fnmatch`'s syntax, matched **case-sensitively**
+(Celery task names and RabbitMQ queue names are): ``*`` is any run of characters, dots
+included (``billing.*`` covers ``billing.tasks.charge``; ``*`` alone covers everything), ``?``
+one character, ``[abc]`` one of the characters listed. An empty pattern, or one holding
+whitespace or control characters, is refused when a grant is made and matches nothing. A task
+on a queue is granted when one grant's task pattern matches the task and its queue pattern the
+queue. Nothing is granted by default, Chrono's built-in ``chrono.*`` and Celery's ``celery.*``
+tasks included.
+
+Lookups are cached per process and per tenant for ``grant_cache_ttl_ms`` (5 s): the check runs
+on every schedule call and on every message a worker receives, so it must cost a dictionary
+look-up, not a query. Changing a grant clears this process's entry at once (a signal); other
+processes (workers, other web processes) see the change within the TTL. A version counter in
+Redis would make that immediate but add a round trip to every message, or be cached itself,
+which is a TTL again; a grant revoked is refused everywhere five seconds later, and a message
+already in a queue is refused by its worker (defence in depth).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from chronocore.config import get_config
+from chronocore.models import TaskGrant, Tenant
+
+EVERYTHING = "*"
+MAX_PATTERN_LENGTH = 200
+_MEMO_LIMIT = 1_024  # distinct (task, queue) answers kept per tenant entry
+
+
+def pattern_problem(pattern: object) -> str | None:
+    """Why ``pattern`` cannot be a grant's pattern, or None when it can."""
+    if not isinstance(pattern, str) or not pattern:
+        return "a pattern is a non-empty name or glob, e.g. 'billing.tasks.charge' or 'billing.*'"
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        return f"a pattern has at most {MAX_PATTERN_LENGTH} characters"
+    if any(c.isspace() or not c.isprintable() for c in pattern):
+        return "a pattern holds no whitespace or control characters"
+    return None
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str] | None:
+    """The regular expression of a grant pattern; None for a pattern that matches nothing."""
+    if pattern_problem(pattern):
+        return None
+    return re.compile(fnmatch.translate(pattern))
+
+
+def pattern_matches(pattern: str, name: str) -> bool:
+    """Whether ``name`` is covered by ``pattern`` (exact or glob, case-sensitive)."""
+    compiled = compile_pattern(pattern)
+    return compiled is not None and bool(name) and compiled.match(name) is not None
+
+
+Rule = tuple[re.Pattern[str], re.Pattern[str]]
+
+
+def compile_rules(pairs: Iterable[tuple[str, str]]) -> tuple[Rule, ...]:
+    """Compiled ``(task, queue)`` pattern pairs; pairs with an unusable pattern are dropped."""
+    rules = []
+    for task_pattern, queue_pattern in pairs:
+        task_re, queue_re = compile_pattern(task_pattern), compile_pattern(queue_pattern)
+        if task_re is not None and queue_re is not None:
+            rules.append((task_re, queue_re))
+    return tuple(rules)
+
+
+def rules_grant(rules: tuple[Rule, ...], task_name: str, queue: str) -> bool:
+    """Whether one of ``rules`` covers ``task_name`` on ``queue``."""
+    if not task_name or not queue:
+        return False
+    return any(t.match(task_name) and q.match(queue) for t, q in rules)
+
+
+# --------------------------------------------------------------------------- cached look-up
+
+
+@dataclass
+class _Entry:
+    expires_at_s: float
+    slug: str
+    rules: tuple[Rule, ...]
+    answers: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+
+_cache: dict[str, _Entry] = {}
+_lock = threading.Lock()
+
+
+def _entry(tenant_id: uuid.UUID | str) -> _Entry:
+    key = str(tenant_id)
+    entry = _cache.get(key)
+    now = time.monotonic()
+    if entry is not None and entry.expires_at_s > now:
+        return entry
+    pairs = list(TaskGrant.objects.filter(tenant_id=key)
+                 .values_list("task_pattern", "queue_pattern"))
+    slug = Tenant.objects.filter(tenant_id=key).values_list("slug", flat=True).first() or key
+    entry = _Entry(now + get_config().grant_cache_ttl_ms / 1000, slug, compile_rules(pairs))
+    with _lock:
+        _cache[key] = entry
+    return entry
+
+
+def is_granted(tenant_id: uuid.UUID | str, task_name: str, queue: str) -> bool:
+    """Whether the tenant may run ``task_name`` on ``queue`` (cached; see the module's doc)."""
+    entry = _entry(tenant_id)
+    answer = entry.answers.get((task_name, queue))
+    if answer is None:
+        answer = rules_grant(entry.rules, task_name, queue)
+        if len(entry.answers) < _MEMO_LIMIT:
+            entry.answers[(task_name, queue)] = answer
+    return answer
+
+
+def refusal(tenant_id: uuid.UUID | str, task_name: str, queue: str) -> str | None:
+    """None when granted; otherwise the message that says what is missing and how to get it."""
+    if is_granted(tenant_id, task_name, queue):
+        return None
+    slug = _entry(tenant_id).slug
+    return (f"tenant {slug!r} is not granted task {task_name!r} on queue {queue!r}; ask platform "
+            f"staff to grant it (admin: Task grants; API: POST /api/v1/task-grants/; CLI: "
+            f"chrono grants add --tenant {slug} --task {task_name} --queue {queue})")
+
+
+def forget(tenant_id: uuid.UUID | str | None = None) -> None:
+    """Drop this process's cached grants of one tenant (all tenants: None)."""
+    with _lock:
+        if tenant_id is None:
+            _cache.clear()
+        else:
+            _cache.pop(str(tenant_id), None)
+
+
+# --------------------------------------------------------------------------- changes
+
+
+class InvalidGrant(ValueError):
+    """Raised when a grant's pattern is unusable; ``field`` is ``task`` or ``queue``."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+def grant(tenant: Tenant, task_pattern: str, queue_pattern: str = EVERYTHING, *,
+          by: str = "") -> tuple[TaskGrant, bool]:
+    """Grant ``tenant`` the tasks and queues the patterns match; ``(grant, created)``, the
+    grant already there when it was (nothing changes). Raises :class:`InvalidGrant`."""
+    for name, pattern in (("task", task_pattern), ("queue", queue_pattern)):
+        if problem := pattern_problem(pattern):
+            raise InvalidGrant(f"{name} pattern {pattern!r}: {problem}", field=name)
+    task_grant, created = TaskGrant.objects.get_or_create(
+        tenant=tenant, task_pattern=task_pattern, queue_pattern=queue_pattern,
+        defaults={"created_by": by})
+    return task_grant, created
+
+
+def ensure_granted(tenant: Tenant, task_name: str, queue: str, *, by: str = "") -> bool:
+    """Grant ``tenant`` exactly ``task_name`` on ``queue`` unless a grant already covers it;
+    True when a grant was made (``chrono sync-jobs`` and ``chrono import-beat``)."""
+    if is_granted(tenant.tenant_id, task_name, queue):
+        return False
+    _, created = grant(tenant, task_name, queue, by=by)
+    return created
+
+
+def revoke(tenant: Tenant, task_pattern: str, queue_pattern: str = EVERYTHING) -> int:
+    """Remove the grant of exactly these patterns; how many were removed (0 or 1)."""
+    removed, _ = TaskGrant.objects.filter(tenant=tenant, task_pattern=task_pattern,
+                                          queue_pattern=queue_pattern).delete()
+    return removed
+
+
+def forget_grant_of(sender: object, instance: TaskGrant, **_: object) -> None:
+    """post_save / post_delete receiver: this process reads the tenant's grants again."""
+    forget(instance.tenant_id)
