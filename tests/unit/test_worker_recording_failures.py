@@ -36,6 +36,7 @@ class Failing:
 
 def call_as_chrono(task, *args):
     task.push_request(chrono_execution_id="00000000-0000-4000-8000-000000000001",
+                      chrono_tenant_id="00000000-0000-4000-8000-0000000000aa",
                       chrono_attempt="1", hostname="w@test", args=args, kwargs={})
     try:
         return task(*args)
@@ -46,6 +47,8 @@ def call_as_chrono(task, *args):
 @pytest.fixture(autouse=True)
 def quick(monkeypatch):
     monkeypatch.setattr(worker.time, "sleep", lambda s: None)
+    # Grants are not what these tests are about (tests/e2e/test_grants_worker.py): granted.
+    monkeypatch.setattr(worker.grants, "refusal", lambda tenant_id, task_name, queue: None)
     monkeypatch.setattr(worker.connection, "close_if_unusable_or_obsolete", lambda: None)
     monkeypatch.setattr(worker, "lease_keeper", lambda: type(
         "Keeper", (), {"hold": lambda *a: None, "release": lambda *a: None})())
