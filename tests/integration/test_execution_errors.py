@@ -54,6 +54,7 @@ def run_failing_task(tenant) -> str:
     occurrences.record_dispatched([(uuid.UUID(execution_id), now_ms())],
                                   advances=[(str(job.job_id), fire_ms, None, now_ms())])
     charge.push_request(chrono_execution_id=execution_id, chrono_attempt="1",
+                        chrono_tenant_id=str(tenant.tenant_id),
                         hostname="w1@host", args=[77], kwargs={}, delivery_info={})
     try:
         with pytest.raises(CardDeclined):
