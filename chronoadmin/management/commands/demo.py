@@ -26,8 +26,10 @@ CRON_JOBS = [
     ("demo-every-minute", "chrono.demo.report", "0 * * * * *", "America/New_York",
      {"report": "minutely"}),
 ]
-# The tasks the demo's jobs run: granted to the demo tenant, on the default queue, only.
-DEMO_TASKS = ("chrono.demo.report", "chrono.echo", "chrono.fail")
+# The built-in tasks the demo's jobs and workflow run: granted to the demo tenant, on the
+# default queue, only (built-in tasks are granted to nobody by default).
+DEMO_TASKS = ("chrono.demo.report", "chrono.echo", "chrono.fail", "chrono.sleep",
+              "chrono.start_workflow")
 
 
 # A small ETL workflow of built-in tasks, started once now and then every minute by a cron job
