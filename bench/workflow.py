@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from datetime import timedelta
 
@@ -42,6 +43,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pool", default="threads", choices=["prefork", "threads"])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--engine-process", action="store_true",
+                        help="apply step ends in a `chrono workflow-engine` process of its own "
+                             "instead of the worker's main process")
     return parser.parse_args(argv)
 
 
@@ -89,6 +93,11 @@ def run(argv: list[str]) -> dict[str, object]:
         WorkflowRun.objects.filter(tenant=platform.tenant).delete()
         WorkflowDefinitionVersion.objects.filter(tenant=platform.tenant).delete()
         platform.start_beat("bench-beat-0")
+        if args.engine_process:
+            os.environ["CHRONO_WORKFLOW_ENGINE_IN_WORKER"] = "false"  # the worker inherits it
+            engine_process = platform.group.start("workflow-engine", ["workflow-engine"])
+            wait_until(lambda: "workflow engine started" in engine_process.log_tail(),
+                       timeout_s=30, interval_s=0.2)
         platform.start_worker(args.concurrency, args.pool)
         for spec in specs:
             engine.define(platform.tenant, spec)
@@ -133,6 +142,7 @@ def run(argv: list[str]) -> dict[str, object]:
     return {
         "bench": "workflow",
         "worker": f"{args.pool} x{args.concurrency}",
+        "engine": "own process" if args.engine_process else "in the worker",
         "runs": len(runs),
         "runs_by_status": statuses,
         "steps": steps,

@@ -81,10 +81,12 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         from scheduler.worker import connect_recording
 
         connect_recording()
-    # Every worker advances workflow runs as their steps end (see workflows.engine).
-    from workflows.engine import start_listener
+    # Every worker advances workflow runs as their steps end (see workflows.engine), unless the
+    # deployment runs `chrono workflow-engine` processes for it.
+    if get_config().workflow_engine_in_worker:
+        from workflows.engine import start_listener
 
-    start_listener()
+        start_listener()
     freeze_startup_heap()
 
 

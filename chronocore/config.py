@@ -35,6 +35,11 @@ class ChronoConfig:
     debug: bool = False
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
 
+    # Workflows: every worker's main process runs the engine's listener unless this is off, for
+    # deployments that run `chrono workflow-engine` processes instead (a listener among a
+    # thread pool's task threads waits for the GIL on every statement).
+    workflow_engine_in_worker: bool = True
+
     # Timer store and beat.
     shard_count: int = 256
     tick_ms: int = 5

@@ -1,0 +1,23 @@
+"""``chrono workflow-engine``: a process that only applies workflow step ends (the engine's
+listener, :class:`workflows.engine.EngineListener`), for deployments that keep it out of the
+workers (``CHRONO_WORKFLOW_ENGINE_IN_WORKER=false``). Several may run; they share the work."""
+
+from __future__ import annotations
+
+import signal
+
+from django.core.management.base import BaseCommand
+
+from workflows.engine import EngineListener
+
+
+class Command(BaseCommand):
+    help = "Apply workflow step ends as they are written (the engine's listener), until stopped."
+
+    def handle(self, *args, **options):
+        listener = EngineListener()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: listener.stop())
+        self.stdout.write("workflow engine started")
+        listener.run()
+        self.stdout.write("workflow engine stopped")
