@@ -165,20 +165,29 @@ def job_page_context(request: HttpRequest, job: Job) -> dict[str, object]:
     }
 
 
-def job_history(job: Job) -> dict[str, object]:
-    """The job's audit events, newest first, from the search engine (``history_error`` says why
-    there are none when it did not answer)."""
+def audit_rows(filters: dict[str, str], tenant_id) -> tuple[list[dict[str, object]], str]:
+    """Audit events matching ``filters`` of one tenant, newest first, from the search engine, as
+    the admin's tables show them; with the reason there are none when it did not answer."""
     try:
-        query = parse_audit_query({"job_id": str(job.job_id)}, tenant_id=str(job.tenant_id),
+        query = parse_audit_query(filters, tenant_id=str(tenant_id),
                                   default_page_size=HISTORY_SHOWN, max_page_size=HISTORY_SHOWN)
         documents = run_search(query).documents
     except (SearchEngineUnavailable, InvalidAuditQuery) as exc:
-        return {"history": [], "history_error": str(getattr(exc, "detail", exc))}
-    return {"history": [
+        return [], str(getattr(exc, "detail", exc))
+    return [
         {"timestamp": d.get("@timestamp", ""), "action": d.get("event", {}).get("action", ""),
+         "attempt": d.get("chrono", {}).get("attempt", ""),
+         "worker": d.get("chrono", {}).get("worker_id", ""),
          "actor": d.get("chrono", {}).get("actor", ""), "message": d.get("message", "")}
         for d in documents
-    ], "history_error": ""}
+    ], ""
+
+
+def job_history(job: Job) -> dict[str, object]:
+    """The job's audit events, newest first (``history_error`` says why there are none when
+    the search engine did not answer)."""
+    rows, error = audit_rows({"job_id": str(job.job_id)}, job.tenant_id)
+    return {"history": rows, "history_error": error}
 
 
 def with_ms(moment) -> str:
@@ -286,18 +295,6 @@ class ExecutionAdmin(admin.ModelAdmin):
 def execution_attempts(execution: Execution) -> dict[str, object]:
     """The execution's audit events (every attempt's start, end and retry, with its worker),
     oldest first, from the search engine."""
-    try:
-        query = parse_audit_query({"execution_id": str(execution.execution_id)},
-                                  tenant_id=str(execution.tenant_id),
-                                  default_page_size=HISTORY_SHOWN, max_page_size=HISTORY_SHOWN)
-        documents = run_search(query).documents
-    except (SearchEngineUnavailable, InvalidAuditQuery) as exc:
-        return {"attempts": [], "attempts_error": str(getattr(exc, "detail", exc))}
-    rows = [
-        {"timestamp": d.get("@timestamp", ""), "action": d.get("event", {}).get("action", ""),
-         "attempt": d.get("chrono", {}).get("attempt", ""),
-         "worker": d.get("chrono", {}).get("worker_id", ""),
-         "actor": d.get("chrono", {}).get("actor", ""), "message": d.get("message", "")}
-        for d in documents
-    ]
-    return {"attempts": sorted(rows, key=lambda r: r["timestamp"]), "attempts_error": ""}
+    rows, error = audit_rows({"execution_id": str(execution.execution_id)},
+                             execution.tenant_id)
+    return {"attempts": sorted(rows, key=lambda r: r["timestamp"]), "attempts_error": error}
