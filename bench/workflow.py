@@ -3,7 +3,12 @@
 Starts, at once, ``--chains`` runs of a 10-step chain, ``--diamonds`` runs of a diamond and one
 run of a fan-out of ``--fanout`` no-op instances with a fan-in, all of ``chrono.noop`` steps, with
 one beat replica and one worker (``--pool`` x ``--concurrency``, the README's thread-pool
-advice by default). Reports:
+advice by default). Started at once and doing nothing, the runs move in lockstep: a hundred
+steps end in the same millisecond and their successors queue behind each other, the worst case
+of a handoff. ``--step-ms M`` makes the chain and diamond steps ``chrono.sleep`` for a time
+drawn for each step of each run between 0 and 2M ms (a seeded draw, passed in the run's input),
+as steps of real runs take: the runs drift apart and a handoff measures the engine, not a
+wave's queue. Reports:
 
 * ``rate_per_s``: steps finished per second, first start to last finish;
 * ``handoff_ms``: for every step with parents, its start minus its last parent's finish (the
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import time
 from datetime import timedelta
 
@@ -42,6 +48,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fanout", type=int, default=1_000)
     parser.add_argument("--pool", default="threads", choices=["prefork", "threads"])
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--step-ms", type=float, default=0.0,
+                        help="mean duration of a chain or diamond step (0: chrono.noop)")
+    parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--engine-process", action="store_true",
                         help="apply step ends in a `chrono workflow-engine` process of its own "
@@ -53,9 +62,17 @@ def _noop(key: str, parents: list[str], **fields: object) -> dict[str, object]:
     return {"key": key, "task": "chrono.noop", "parents": parents, **fields}
 
 
-def definitions(fanout: int) -> list[dict[str, object]]:
-    chain = [_noop(f"s{i}", [f"s{i - 1}"] if i else []) for i in range(CHAIN_LENGTH)]
-    diamond = [_noop("a", []), _noop("b", ["a"]), _noop("c", ["a"]), _noop("d", ["b", "c"])]
+def _step(key: str, parents: list[str], sleeps: bool) -> dict[str, object]:
+    if not sleeps:
+        return _noop(key, parents)
+    return {"key": key, "task": "chrono.sleep", "parents": parents,
+            "kwargs": {"seconds": {"$ref": f"input.sleep_s.{key}"}}}
+
+
+def definitions(fanout: int, *, sleeps: bool = False) -> list[dict[str, object]]:
+    chain = [_step(f"s{i}", [f"s{i - 1}"] if i else [], sleeps) for i in range(CHAIN_LENGTH)]
+    diamond = [_step("a", [], sleeps), _step("b", ["a"], sleeps), _step("c", ["a"], sleeps),
+               _step("d", ["b", "c"], sleeps)]
     fan = [_noop("produce", []),
            _noop("each", ["produce"], kind="map", map_over=list(range(fanout)),
                  kwargs={"item": {"$ref": "map.item"}}),
@@ -88,7 +105,7 @@ def _parents_by_step(specs: list[dict]) -> dict[str, list[str]]:
 
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
-    specs = definitions(args.fanout)
+    specs = definitions(args.fanout, sleeps=args.step_ms > 0)
     with bench_platform("workflow") as platform:
         WorkflowRun.objects.filter(tenant=platform.tenant).delete()
         WorkflowDefinitionVersion.objects.filter(tenant=platform.tenant).delete()
@@ -101,10 +118,21 @@ def run(argv: list[str]) -> dict[str, object]:
         platform.start_worker(args.concurrency, args.pool)
         for spec in specs:
             engine.define(platform.tenant, spec)
+        draw = random.Random(args.seed)
+
+        def run_input(keys: list[str]) -> dict[str, object] | None:
+            if not args.step_ms:
+                return None
+            return {"sleep_s": {key: round(draw.uniform(0, 2 * args.step_ms) / 1000, 4)
+                                for key in keys}}
+
+        chain_keys = [f"s{i}" for i in range(CHAIN_LENGTH)]
         started = time.monotonic()
-        runs = [engine.start_run("bench-chain", tenant=platform.tenant, queue=platform.queue)
+        runs = [engine.start_run("bench-chain", tenant=platform.tenant, queue=platform.queue,
+                                 run_input=run_input(chain_keys))
                 for _ in range(args.chains)]
-        runs += [engine.start_run("bench-diamond", tenant=platform.tenant, queue=platform.queue)
+        runs += [engine.start_run("bench-diamond", tenant=platform.tenant, queue=platform.queue,
+                                  run_input=run_input(["a", "b", "c", "d"]))
                  for _ in range(args.diamonds)]
         fan = engine.start_run("bench-fanout", tenant=platform.tenant, queue=platform.queue)
         runs.append(fan)
@@ -149,6 +177,7 @@ def run(argv: list[str]) -> dict[str, object]:
         "steps_expected": expected,
         "rate_per_s": round((steps - unfinished) / seconds, 1) if seconds > 0 else None,
         "handoff_ms": summarize_ms(handoffs),
+        "step_ms": args.step_ms,
         "fanout": args.fanout,
         "fanout_dispatch_ms": (None if fanout_span is None
                                else round(fanout_span / timedelta(milliseconds=1), 1)),

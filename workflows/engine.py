@@ -61,9 +61,9 @@ import re
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
@@ -73,15 +73,16 @@ from chronocore import grants
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from scheduler import api as scheduler_api
+from scheduler import prepared
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.errors import JobNotFound
-from scheduler.models import Execution, ExecutionEnd, ExecutionStatus, Job, JobStatus, JobWatch
+from scheduler.models import Execution, ExecutionEnd, ExecutionStatus
+from scheduler.prepared import array
 from search import audit
-from search.models import AuditEvent
 from workflows.definitions import StepKind, WorkflowDefinition
 from workflows.errors import DefinitionError, InvalidEvent, WorkflowError
 from workflows.evaluation import evaluate, waiting_reasons
-from workflows.models import WorkflowDefinitionVersion, WorkflowRun, WorkflowRunStatus, WorkflowTask
+from workflows.models import WorkflowDefinitionVersion, WorkflowRun, WorkflowRunStatus
 from workflows.persistence import reason_to_json, state_from_json, state_to_json
 from workflows.runs import (
     CancelRequested,
@@ -110,6 +111,7 @@ from workflows.subworkflows import (
     parent_step_label,
     parse_parent_step,
 )
+from workflows.writes import AuditRow, RunRow, StepJob, TaskRow, Writes, write
 
 log = logging.getLogger("chrono.workflows")
 
@@ -118,8 +120,6 @@ ENGINE_ACTOR = "workflow-engine"
 END_CHANNEL = "chrono_execution_end"
 APPLY_BATCH = 1_000
 DEADLINE_BATCH = 100
-# Step jobs are attempts: the evaluator owns the retry policy.
-SINGLE_ATTEMPT = {"max_attempts": 1}
 # A soft time limit raises in the task; the hard one kills its process this much later.
 HARD_TIMEOUT_GRACE_MS = 5_000
 TASK_NAMESPACE = uuid.UUID("6f1d3c1e-8a4b-5d2e-9c7f-0b1a2c3d4e5f")
@@ -218,14 +218,28 @@ def check_steps_granted(tenant_id: uuid.UUID, definition: WorkflowDefinition) ->
         raise DefinitionError(problems)
 
 
-@lru_cache(maxsize=512)
-def _definition(definition_id: uuid.UUID, spec_json: str) -> WorkflowDefinition:
-    return WorkflowDefinition.from_dict(json.loads(spec_json))
+# Parsed definitions by version id (versions never change), the least recently used dropped
+# past DEFINITION_CACHE_SIZE. Keyed by id alone: a batch looks its runs' definitions up several
+# times, and their spec (a 10,000-item map list, say) is not even loaded on a hit (the engine's
+# queries defer it).
+DEFINITION_CACHE_SIZE = 512
+_definitions: OrderedDict[uuid.UUID, WorkflowDefinition] = OrderedDict()
+_definitions_lock = threading.Lock()
 
 
 def definition_of(version: WorkflowDefinitionVersion) -> WorkflowDefinition:
-    """The parsed definition of a stored version (versions never change: parsed once)."""
-    return _definition(version.definition_id, json.dumps(version.spec, sort_keys=True))
+    """The parsed definition of a stored version (parsed once)."""
+    with _definitions_lock:
+        definition = _definitions.get(version.definition_id)
+        if definition is not None:
+            _definitions.move_to_end(version.definition_id)
+            return definition
+    definition = WorkflowDefinition.from_dict(version.spec)
+    with _definitions_lock:
+        _definitions[version.definition_id] = definition
+        while len(_definitions) > DEFINITION_CACHE_SIZE:
+            _definitions.popitem(last=False)
+    return definition
 
 
 # ------------------------------------------------------------------------------------- runs
@@ -288,8 +302,14 @@ def _version(tenant_id: uuid.UUID, name: str, version: int | None) -> WorkflowDe
     return stored
 
 
+def _runs_for_update(*, skip_locked: bool = False):
+    """Runs to lock, with their definition version (its spec left to :func:`definition_of`)."""
+    return (WorkflowRun.objects.select_for_update(skip_locked=skip_locked, of=("self",))
+            .select_related("definition").defer("definition__spec"))
+
+
 def _locked_run(run_id: uuid.UUID | str, tenant_id: uuid.UUID | None) -> WorkflowRun:
-    runs = WorkflowRun.objects.select_for_update(of=("self",)).select_related("definition")
+    runs = _runs_for_update()
     if tenant_id is not None:
         runs = runs.filter(tenant_id=tenant_id)
     run = runs.filter(run_id=run_id).first()
@@ -390,9 +410,8 @@ def check_deadlines(limit: int = DEADLINE_BATCH) -> int:
                .values_list("run_id", flat=True)[:limit])
     for run_id in due:
         with transaction.atomic():
-            run = (WorkflowRun.objects.select_for_update(skip_locked=True, of=("self",))
-                   .select_related("definition").filter(run_id=run_id,
-                                                        status=WorkflowRunStatus.RUNNING).first())
+            run = (_runs_for_update(skip_locked=True)
+                   .filter(run_id=run_id, status=WorkflowRunStatus.RUNNING).first())
             if run is None:
                 continue
             definition = definition_of(run.definition)
@@ -417,11 +436,17 @@ _PENDING_RUNS_SQL = (
     "SELECT t.run_id FROM chrono_execution_end e JOIN chrono_workflow_task t "
     "ON t.job_id = e.job_id WHERE e.watcher = %s ORDER BY e.id LIMIT %s"
 )
-_RUN_ENDS_SQL = (
-    "SELECT e.id, t.run_id, e.status, e.result, e.error, t.step_key, t.map_index, t.attempt "
-    "FROM chrono_execution_end e JOIN chrono_workflow_task t ON t.job_id = e.job_id "
-    "WHERE t.run_id = ANY(%s) AND e.watcher = %s ORDER BY e.id FOR UPDATE OF e SKIP LOCKED"
-)
+# The ends of the locked runs, taken (another listener's are skipped) and deleted at once:
+# they are applied in the same transaction, so a rollback puts them back.
+_TAKE_ENDS_SQL = """
+WITH taken AS (
+  SELECT e.id FROM chrono_execution_end e JOIN chrono_workflow_task t ON t.job_id = e.job_id
+  WHERE t.run_id = ANY(%s::uuid[]) AND e.watcher = %s
+  FOR UPDATE OF e SKIP LOCKED)
+DELETE FROM chrono_execution_end e USING taken, chrono_workflow_task t
+WHERE e.id = taken.id AND t.job_id = e.job_id
+RETURNING e.id, t.run_id, e.status, e.result, e.error, t.step_key, t.map_index, t.attempt
+"""
 # Runs advanced by one transaction at most: their ends, evaluations and writes are batched
 # (one statement per kind for all of them), so a burst of ends costs a few round trips, not a
 # few per run.
@@ -441,17 +466,14 @@ def apply_pending_ends(limit: int = APPLY_BATCH) -> int:
 def _apply_ends_of(run_ids: list[uuid.UUID]) -> int:
     with transaction.atomic():
         runs = {run.run_id: run for run in (
-            WorkflowRun.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("definition").filter(run_id__in=run_ids).order_by("run_id"))}
+            _runs_for_update(skip_locked=True).filter(run_id__in=run_ids).order_by("run_id"))}
         if not runs:
             return 0
-        with connection.cursor() as cursor:
-            cursor.execute(_RUN_ENDS_SQL, [list(runs), WATCHER])
-            rows = cursor.fetchall()
-            if not rows:
-                return 0
-            cursor.execute("DELETE FROM chrono_execution_end WHERE id = ANY(%s)",
-                           [[row[0] for row in rows]])
+        with prepared.cursor() as cursor:
+            cursor.execute(_TAKE_ENDS_SQL, [array(runs), WATCHER])
+            rows = sorted(cursor.fetchall())  # in the order they were written
+        if not rows:
+            return 0
         ends: dict[uuid.UUID, list[_End]] = {}
         for row in rows:
             ends.setdefault(row[1], []).append(
@@ -543,25 +565,14 @@ def _carry_out(run: WorkflowRun, definition: WorkflowDefinition,
     _carry_out_many([(run, definition, evaluations)], actor=actor)
 
 
-@dataclass
-class _Writes:
-    """What carrying out the evaluations of several runs writes, one statement per kind."""
-
-    jobs: list[Job] = field(default_factory=list)
-    refused: set[tuple[StepRef, int]] = field(default_factory=set)  # dispatches not granted
-    watches: list[JobWatch] = field(default_factory=list)
-    tasks: list[WorkflowTask] = field(default_factory=list)
-    timers: list[tuple[str, int]] = field(default_factory=list)
-    audits: list[AuditEvent] = field(default_factory=list)
-
-
 def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
                                             Sequence[Evaluation]]],
                     *, actor: str = ENGINE_ACTOR) -> None:
     """Write each run's new state and do what its evaluations decided: the step jobs of the
     dispatches and retries, the cancellation of steps to stop, the audit rows; in the caller's
-    transaction (one statement per kind for every run), the timers after its commit."""
-    writes = _Writes()
+    transaction (one statement for every run, :mod:`workflows.writes`), the timers after its
+    commit."""
+    writes = Writes()
     now = now_ms()
     ended: list[WorkflowRun] = []
     for run, definition, evaluations in changes:
@@ -580,35 +591,21 @@ def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
         run.state_version += 1
         if state.status.is_terminal and run.finished_at is None:
             run.finished_at = timezone.now()
+        writes.runs.append(RunRow(run.run_id, run.state, run.status, run.reason,
+                                  run.state_version, run.finished_at))
         if state.status.is_terminal and was_active:
             ended.append(run)
-    _write(writes, [run for run, _, _ in changes])
-    _end_parent_steps(ended)
-    for run in ended:
-        _audit_run(run, audit.WORKFLOW_RUN_ENDED, ENGINE_ACTOR,
-                   f"Workflow run {run.run_id} of {run.name} ended {run.status}")
-        _admit_queued(run)
-
-
-def _write(writes: _Writes, runs: list[WorkflowRun]) -> None:
+            writes.audits.append(_run_audit(
+                run, audit.WORKFLOW_RUN_ENDED, ENGINE_ACTOR,
+                f"Workflow run {run.run_id} of {run.name} ended {run.status}"))
+    write(writes, watcher=WATCHER)
     if writes.jobs:
-        Job.objects.bulk_create(writes.jobs, ignore_conflicts=True)
-        JobWatch.objects.bulk_create(writes.watches, ignore_conflicts=True)
-        timers = writes.timers
+        timers = writes.timers()
         announce_before = now_ms() + get_config().lookahead_ms * 2
         transaction.on_commit(lambda: scheduler_api.timer_store().add(
             timers, announce_before_ms=announce_before))
-    if writes.tasks:  # a sub_workflow step's has no job: its child run's end comes under it
-        WorkflowTask.objects.bulk_create(writes.tasks, ignore_conflicts=True)
-    if writes.audits:
-        AuditEvent.objects.bulk_create(writes.audits)
-    if len(runs) == 1:
-        runs[0].save(update_fields=RUN_STATE_FIELDS)
-    elif runs:
-        WorkflowRun.objects.bulk_update(runs, RUN_STATE_FIELDS)
-
-
-RUN_STATE_FIELDS = ["state", "status", "reason", "state_version", "finished_at"]
+    _end_parent_steps(ended)
+    _admit_queued(ended)
 
 
 def _retry_dispatches(definition: WorkflowDefinition, state: RunState, retry) -> tuple:
@@ -622,27 +619,21 @@ def _retry_dispatches(definition: WorkflowDefinition, state: RunState, retry) ->
         return ()
 
 
-def _step_jobs(run: WorkflowRun, jobs: Iterable[tuple[Dispatch, int]], writes: _Writes) -> None:
+def _step_jobs(run: WorkflowRun, jobs: Iterable[tuple[Dispatch, int]], writes: Writes) -> None:
     for dispatch, fire_ms in jobs:
         if dispatch.task is None or (dispatch.ref, dispatch.attempt) in writes.refused:
             continue
         job_id = task_job_id(run.run_id, dispatch.ref, dispatch.attempt)
         soft_ms = None if dispatch.timeout_s is None else int(dispatch.timeout_s * 1000)
-        writes.jobs.append(Job(
-            job_id=job_id, tenant_id=run.tenant_id, job_type=dispatch.task,
+        writes.jobs.append(StepJob(
+            job_id=job_id, tenant_id=run.tenant_id, task=dispatch.task,
             name=f"workflow {run.name} {str(run.run_id)[:8]} {dispatch.ref} #{dispatch.attempt}",
-            args=list(dispatch.args), kwargs=dict(dispatch.kwargs),
-            queue=dispatch.queue or run.queue, next_run_at=ms_to_datetime(fire_ms),
-            status=JobStatus.ACTIVE, retry_policy=SINGLE_ATTEMPT, max_retries=0,
-            soft_timeout_ms=soft_ms,
+            fire_at=ms_to_datetime(fire_ms), soft_timeout_ms=soft_ms,
             hard_timeout_ms=None if soft_ms is None else soft_ms + HARD_TIMEOUT_GRACE_MS,
-        ))
-        writes.watches.append(JobWatch(job_id=job_id, watcher=WATCHER))
-        writes.tasks.append(WorkflowTask(job_id=job_id, run_id=run.run_id,
-                                         step_key=dispatch.ref.key,
-                                         map_index=dispatch.ref.map_index,
-                                         attempt=dispatch.attempt))
-        writes.timers.append((str(job_id), fire_ms))
+            args=list(dispatch.args), kwargs=dict(dispatch.kwargs),
+            queue=dispatch.queue or run.queue))
+        writes.tasks.append(TaskRow(job_id, run.run_id, dispatch.ref.key,
+                                    dispatch.ref.map_index, dispatch.attempt))
 
 
 def _stop_steps(run: WorkflowRun, evaluations: Sequence[Evaluation], actor: str) -> None:
@@ -661,14 +652,14 @@ def _stop_steps(run: WorkflowRun, evaluations: Sequence[Evaluation], actor: str)
 
 
 def _transition_audits(run: WorkflowRun, evaluations: Sequence[Evaluation],
-                       actor: str) -> list[AuditEvent]:
+                       actor: str) -> list[AuditRow]:
     spec = audit.action(audit.WORKFLOW_STEP_CHANGED)
     now = timezone.now()
+    by = audit.current_actor(actor)
     return [
-        AuditEvent(
+        AuditRow(
             tenant_id=run.tenant_id, occurred_at=now, action=spec.name, outcome=spec.outcome,
-            actor=audit.current_actor(actor),
-            job_id=task_job_id(run.run_id, t.ref, t.attempt) if t.attempt else None,
+            actor=by, job_id=task_job_id(run.run_id, t.ref, t.attempt) if t.attempt else None,
             message=f"Workflow run {run.run_id}: step {t.ref} {t.before} -> {t.after}"
                     + (f" ({t.reason.text})" if t.reason else ""),
             data={"run_id": str(run.run_id), "workflow": run.name, "step": str(t.ref),
@@ -679,16 +670,40 @@ def _transition_audits(run: WorkflowRun, evaluations: Sequence[Evaluation],
     ]
 
 
+def _run_data(run: WorkflowRun) -> dict[str, Any]:
+    return {"run_id": str(run.run_id), "workflow": run.name,
+            "version": run.definition.version, "status": str(run.status)}
+
+
 def _audit_run(run: WorkflowRun, action: str, actor: str, message: str) -> None:
     audit.record(action, tenant_id=run.tenant_id, actor=actor, message=message,
-                 data={"run_id": str(run.run_id), "workflow": run.name,
-                       "version": run.definition.version, "status": str(run.status)})
+                 data=_run_data(run))
 
 
-def _admit_queued(finished: WorkflowRun) -> None:
-    """Start the oldest run of the same workflow that waited for the concurrency limit."""
-    queued = (WorkflowRun.objects.select_for_update(skip_locked=True, of=("self",))
-              .select_related("definition")
+def _run_audit(run: WorkflowRun, action: str, actor: str, message: str) -> AuditRow:
+    """:func:`_audit_run`'s row, for a batch's one statement."""
+    spec = audit.action(action)
+    return AuditRow(tenant_id=run.tenant_id, occurred_at=timezone.now(), action=spec.name,
+                    outcome=spec.outcome, job_id=None, actor=audit.current_actor(actor),
+                    message=message, data=_run_data(run))
+
+
+def _admit_queued(ended: Sequence[WorkflowRun]) -> None:
+    """For each run of ``ended``, start the oldest run of the same workflow that waited for the
+    concurrency limit (one query tells which of their workflows have any)."""
+    if not ended:
+        return
+    waiting = set(WorkflowRun.objects.filter(
+        status=WorkflowRunStatus.QUEUED, tenant_id__in={run.tenant_id for run in ended},
+        name__in={run.name for run in ended}).values_list("tenant_id", "name").distinct())
+    for run in ended:
+        if (run.tenant_id, run.name) in waiting:
+            _admit_one(run)
+
+
+def _admit_one(finished: WorkflowRun) -> None:
+    """Start the oldest run of ``finished``'s workflow that waited for the concurrency limit."""
+    queued = (_runs_for_update(skip_locked=True)
               .filter(tenant_id=finished.tenant_id, name=finished.name,
                       status=WorkflowRunStatus.QUEUED).order_by("created_at").first())
     if queued is None:
@@ -707,7 +722,7 @@ def _admit_queued(finished: WorkflowRun) -> None:
 
 
 def _settle_children(run: WorkflowRun, definition: WorkflowDefinition,
-                     evaluations: Sequence[Evaluation], writes: _Writes,
+                     evaluations: Sequence[Evaluation], writes: Writes,
                      actor: str) -> list[Evaluation]:
     """Do what the evaluations decided for sub_workflow steps before the run's new state is
     written, since doing it changes that state: stop the children of the steps the run stops
@@ -761,7 +776,7 @@ def _lock_admissions(tenant_id: uuid.UUID, names: set[str | None]) -> None:
                            [f"workflow-run:{tenant_id}:{name}"])
 
 
-def _start_child(run: WorkflowRun, dispatch: Dispatch, writes: _Writes) -> list[Event]:
+def _start_child(run: WorkflowRun, dispatch: Dispatch, writes: Writes) -> list[Event]:
     """Start the child run of a sub_workflow step's attempt (once: under its idempotency key);
     the events for the step: started, and FAILED at once when the child cannot start."""
     ref, attempt, name = dispatch.ref, dispatch.attempt, str(dispatch.sub_workflow)
@@ -778,9 +793,8 @@ def _start_child(run: WorkflowRun, dispatch: Dispatch, writes: _Writes) -> list[
     except WorkflowNotFound:
         return [started, _refused(dispatch, CHILD_NOT_FOUND, f"no workflow {name!r} for this "
                                   f"tenant: define it, then retry run {run.run_id}")]
-    writes.tasks.append(WorkflowTask(job_id=task_job_id(run.run_id, ref, attempt),
-                                     run_id=run.run_id, step_key=ref.key,
-                                     map_index=ref.map_index, attempt=attempt))
+    writes.tasks.append(TaskRow(task_job_id(run.run_id, ref, attempt), run.run_id, ref.key,
+                                ref.map_index, attempt))
     return [started]
 
 
@@ -796,7 +810,7 @@ def _settled_here(run: WorkflowRun, dispatch: Dispatch) -> bool:
         run.tenant_id, dispatch.task, dispatch.queue or run.queue)
 
 
-def _refuse_step(run: WorkflowRun, dispatch: Dispatch, writes: _Writes) -> list[Event]:
+def _refuse_step(run: WorkflowRun, dispatch: Dispatch, writes: Writes) -> list[Event]:
     """The step of a dispatch whose task is not granted: started and FAILED at once, no job."""
     writes.refused.add((dispatch.ref, dispatch.attempt))
     message = grants.refusal(run.tenant_id, str(dispatch.task), dispatch.queue or run.queue)
