@@ -14,6 +14,9 @@ wave's queue. Reports:
 * ``handoff_ms``: for every step with parents, its start minus its last parent's finish (the
   engine's end transaction, the child's job and timer, the beat's claim and publish, the
   worker's start);
+* ``handoff_stages_ms``: the same split in three: ``engine`` (the parent finished -> the start
+  of the transaction that wrote the child's job), ``beat`` (-> its publish confirmed), ``worker``
+  (-> started);
 * ``fanout_dispatch_ms``: the fan-out's parent finished -> its last instance confirmed
   published;
 * ``runs``, ``steps``, ``lost`` (steps of runs that did not end in time), ``duplicates``
@@ -83,17 +86,49 @@ def definitions(fanout: int, *, sleeps: bool = False) -> list[dict[str, object]]
 
 _EDGES_SQL = """
 WITH s AS (
-  SELECT t.run_id, t.step_key, t.map_index, e.started_at, e.finished_at
+  SELECT t.run_id, t.step_key, t.map_index, e.started_at, e.finished_at, e.dispatched_at,
+         j.created_at AS written_at
   FROM chrono_workflow_task t JOIN chrono_execution e ON e.job_id = t.job_id
-  WHERE t.run_id = ANY(%s))
-SELECT extract(epoch FROM child.started_at - max(parent.finished_at)) * 1000
-FROM s child
-JOIN LATERAL jsonb_array_elements_text(%s::jsonb -> child.step_key) AS p(key) ON true
-JOIN s parent ON parent.run_id = child.run_id AND parent.step_key = p.key
-WHERE child.started_at IS NOT NULL
-GROUP BY child.run_id, child.step_key, child.map_index, child.started_at
-HAVING bool_and(parent.finished_at IS NOT NULL)
+  JOIN chrono_job j ON j.job_id = t.job_id
+  WHERE t.run_id = ANY(%s)),
+edges AS (
+  SELECT child.started_at, child.dispatched_at, child.written_at,
+         max(parent.finished_at) AS parent_finished_at
+  FROM s child
+  JOIN LATERAL jsonb_array_elements_text(%s::jsonb -> child.step_key) AS p(key) ON true
+  JOIN s parent ON parent.run_id = child.run_id AND parent.step_key = p.key
+  WHERE child.started_at IS NOT NULL
+  GROUP BY child.run_id, child.step_key, child.map_index, child.started_at,
+           child.dispatched_at, child.written_at
+  HAVING bool_and(parent.finished_at IS NOT NULL))
+SELECT extract(epoch FROM started_at - parent_finished_at) * 1000,
+       extract(epoch FROM written_at - parent_finished_at) * 1000,
+       extract(epoch FROM dispatched_at - written_at) * 1000,
+       extract(epoch FROM started_at - dispatched_at) * 1000
+FROM edges
 """
+
+# The fan-out's parent finished -> its last instance confirmed published; and the parts: ->
+# the instances' jobs written (the engine), -> the first instance confirmed.
+_FANOUT_SQL = """
+WITH produced AS (
+  SELECT e.finished_at FROM chrono_workflow_task t
+  JOIN chrono_execution e ON e.job_id = t.job_id
+  WHERE t.run_id = %s AND t.step_key = 'produce'),
+instances AS (
+  SELECT max(e.dispatched_at) AS last_at, min(e.dispatched_at) AS first_at,
+         max(j.created_at) AS written_at
+  FROM chrono_workflow_task t JOIN chrono_execution e ON e.job_id = t.job_id
+  JOIN chrono_job j ON j.job_id = t.job_id
+  WHERE t.run_id = %s AND t.step_key = 'each')
+SELECT i.last_at - p.finished_at, i.written_at - p.finished_at, i.first_at - p.finished_at
+FROM produced p, instances i
+"""
+
+
+def _ms_of(span: timedelta | None) -> float | None:
+    return None if span is None else round(span / timedelta(milliseconds=1), 1)
+
 
 def _parents_by_step(specs: list[dict]) -> dict[str, list[str]]:
     parents: dict[str, list[str]] = {}
@@ -143,7 +178,13 @@ def run(argv: list[str]) -> dict[str, object]:
         elapsed = time.monotonic() - started
         with connection.cursor() as cursor:
             cursor.execute(_EDGES_SQL, [run_ids, json.dumps(_parents_by_step(specs))])
-            handoffs = [float(row[0]) for row in cursor.fetchall()]
+            edges = cursor.fetchall()
+            handoffs = [float(row[0]) for row in edges]
+            # Where a handoff's time went: the engine (parent finished -> child's job written,
+            # its transaction's start), the timer and the beat (written -> publish confirmed),
+            # RabbitMQ and the worker (confirmed -> started). Clocks of one machine.
+            stages = {name: summarize_ms([float(row[i]) for row in edges if row[i] is not None])
+                      for i, name in ((1, "engine"), (2, "beat"), (3, "worker"))}
             cursor.execute(
                 "SELECT count(*), min(e.started_at), max(e.finished_at), "
                 "count(*) FILTER (WHERE e.finished_at IS NULL) "
@@ -155,13 +196,8 @@ def run(argv: list[str]) -> dict[str, object]:
                 "JOIN chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = ANY(%s) "
                 "GROUP BY e.job_id HAVING count(*) > 1) d", [run_ids])
             duplicates = cursor.fetchone()[0]
-            cursor.execute(
-                "SELECT (SELECT max(e.dispatched_at) FROM chrono_workflow_task t JOIN "
-                "chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = %s AND "
-                "t.step_key = 'each') - (SELECT e.finished_at FROM chrono_workflow_task t JOIN "
-                "chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = %s AND "
-                "t.step_key = 'produce')", [fan.run_id, fan.run_id])
-            fanout_span = cursor.fetchone()[0]
+            cursor.execute(_FANOUT_SQL, [fan.run_id, fan.run_id])
+            fanout_span, fanout_written, fanout_first = cursor.fetchone()
         statuses = dict(WorkflowRun.objects.filter(run_id__in=run_ids).values_list("status")
                         .annotate(n=Count("run_id")).order_by())
         expected = args.chains * CHAIN_LENGTH + args.diamonds * 4 + args.fanout + 2
@@ -177,10 +213,12 @@ def run(argv: list[str]) -> dict[str, object]:
         "steps_expected": expected,
         "rate_per_s": round((steps - unfinished) / seconds, 1) if seconds > 0 else None,
         "handoff_ms": summarize_ms(handoffs),
+        "handoff_stages_ms": stages,
         "step_ms": args.step_ms,
         "fanout": args.fanout,
-        "fanout_dispatch_ms": (None if fanout_span is None
-                               else round(fanout_span / timedelta(milliseconds=1), 1)),
+        "fanout_dispatch_ms": _ms_of(fanout_span),
+        "fanout_stages_ms": {"jobs_written": _ms_of(fanout_written),
+                             "first_published": _ms_of(fanout_first)},
         "lost": expected - (steps - unfinished),
         "duplicates": duplicates,
         "completed_in_time": done,

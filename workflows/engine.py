@@ -64,6 +64,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
@@ -138,6 +140,7 @@ class RunStateConflict(WorkflowError, ValueError):
     cancel one that ended)."""
 
 
+@lru_cache(maxsize=65_536)  # a batch asks for each of its jobs' ids two or three times
 def task_job_id(run_id: uuid.UUID | str, ref: StepRef, attempt: int) -> uuid.UUID:
     """The job of one attempt of one step (or map instance) of a run: the same every time it
     is asked for, so dispatching it twice inserts one job."""
@@ -620,18 +623,20 @@ def _retry_dispatches(definition: WorkflowDefinition, state: RunState, retry) ->
 
 
 def _step_jobs(run: WorkflowRun, jobs: Iterable[tuple[Dispatch, int]], writes: Writes) -> None:
+    name_prefix = f"workflow {run.name} {str(run.run_id)[:8]} "
+    fire_at: dict[int, datetime] = {}  # the jobs of one batch share a few fire times
     for dispatch, fire_ms in jobs:
         if dispatch.task is None or (dispatch.ref, dispatch.attempt) in writes.refused:
             continue
         job_id = task_job_id(run.run_id, dispatch.ref, dispatch.attempt)
         soft_ms = None if dispatch.timeout_s is None else int(dispatch.timeout_s * 1000)
+        if fire_ms not in fire_at:
+            fire_at[fire_ms] = ms_to_datetime(fire_ms)
         writes.jobs.append(StepJob(
-            job_id=job_id, tenant_id=run.tenant_id, task=dispatch.task,
-            name=f"workflow {run.name} {str(run.run_id)[:8]} {dispatch.ref} #{dispatch.attempt}",
-            fire_at=ms_to_datetime(fire_ms), soft_timeout_ms=soft_ms,
-            hard_timeout_ms=None if soft_ms is None else soft_ms + HARD_TIMEOUT_GRACE_MS,
-            args=list(dispatch.args), kwargs=dict(dispatch.kwargs),
-            queue=dispatch.queue or run.queue))
+            job_id, run.tenant_id, f"{name_prefix}{dispatch.ref} #{dispatch.attempt}",
+            dispatch.task, fire_at[fire_ms], soft_ms,
+            None if soft_ms is None else soft_ms + HARD_TIMEOUT_GRACE_MS,
+            list(dispatch.args), dict(dispatch.kwargs), dispatch.queue or run.queue))
         writes.tasks.append(TaskRow(job_id, run.run_id, dispatch.ref.key,
                                     dispatch.ref.map_index, dispatch.attempt))
 
@@ -656,18 +661,20 @@ def _transition_audits(run: WorkflowRun, evaluations: Sequence[Evaluation],
     spec = audit.action(audit.WORKFLOW_STEP_CHANGED)
     now = timezone.now()
     by = audit.current_actor(actor)
-    return [
-        AuditRow(
-            tenant_id=run.tenant_id, occurred_at=now, action=spec.name, outcome=spec.outcome,
-            actor=by, job_id=task_job_id(run.run_id, t.ref, t.attempt) if t.attempt else None,
-            message=f"Workflow run {run.run_id}: step {t.ref} {t.before} -> {t.after}"
-                    + (f" ({t.reason.text})" if t.reason else ""),
-            data={"run_id": str(run.run_id), "workflow": run.name, "step": str(t.ref),
-                  "before": str(t.before), "after": str(t.after), "attempt": t.attempt,
-                  "reason": reason_to_json(t.reason)},
-        )
-        for e in evaluations for t in e.transitions
-    ]
+    run_id = str(run.run_id)
+    rows = []
+    for e in evaluations:
+        for t in e.transitions:
+            step = str(t.ref)
+            rows.append(AuditRow(
+                run.tenant_id, now, spec.name, spec.outcome,
+                task_job_id(run.run_id, t.ref, t.attempt) if t.attempt else None, by,
+                f"Workflow run {run_id}: step {step} {t.before} -> {t.after}"
+                + (f" ({t.reason.text})" if t.reason else ""),
+                {"run_id": run_id, "workflow": run.name, "step": step, "before": str(t.before),
+                 "after": str(t.after), "attempt": t.attempt,
+                 "reason": reason_to_json(t.reason)}))
+    return rows
 
 
 def _run_data(run: WorkflowRun) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """What the engine writes for one batch of runs, in one prepared statement.
 
+The rows are named tuples: a 10,000-way fan-out builds 40,000 of them in one batch, and a tuple
+is made several times faster than a frozen dataclass.
+
 Carrying out the evaluations of a batch (every run whose step ends one listener pass applies)
 writes the step jobs of the dispatches and retries, a watch and a :class:`~workflows.models.
 WorkflowTask` per job, an audit row per step transition and run end, and each run's new state.
@@ -21,7 +24,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.serializers.json import DjangoJSONEncoder
 
@@ -35,8 +38,7 @@ _SINGLE_ATTEMPT_JSON = json.dumps(SINGLE_ATTEMPT)
 JOB_NAME_LENGTH = 200  # chrono_job.name
 
 
-@dataclass(frozen=True, slots=True)
-class StepJob:
+class StepJob(NamedTuple):
     """The one-time job of one attempt of a step, due at ``fire_at``."""
 
     job_id: uuid.UUID
@@ -51,8 +53,7 @@ class StepJob:
     queue: str
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRow:
+class TaskRow(NamedTuple):
     """Which run, step (map instance) and attempt a job, or a child run's end, belongs to."""
 
     job_id: uuid.UUID
@@ -62,8 +63,7 @@ class TaskRow:
     attempt: int
 
 
-@dataclass(frozen=True, slots=True)
-class AuditRow:
+class AuditRow(NamedTuple):
     tenant_id: uuid.UUID
     occurred_at: datetime
     action: str
@@ -74,8 +74,7 @@ class AuditRow:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class RunRow:
+class RunRow(NamedTuple):
     """A run's new state, as :data:`RUN_STATE_FIELDS` of its row."""
 
     run_id: uuid.UUID
