@@ -90,7 +90,12 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "chronocore.rest.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # Last: reached only by requests without credentials, which it limits per address.
+        "chronocore.rest.client_limits.AnonymousRateThrottle",
     ],
+    # The client's address (rate limits, admin lockouts): None would believe whatever a client
+    # writes in X-Forwarded-For.
+    "NUM_PROXIES": CHRONO.trusted_proxy_count,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["chronoadmin.api.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
@@ -109,6 +114,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The ways to authenticate; the anonymous rate limit sits among the authentication classes
+    # but lets nobody in.
+    "AUTHENTICATION_WHITELIST": [
+        "chronocore.rest.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
         "ExecutionStatusEnum": "scheduler.models.ExecutionStatus",
