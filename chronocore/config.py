@@ -115,6 +115,10 @@ class ChronoConfig:
     # the budget refills, and requests with no credentials at all.
     api_failed_auth_per_minute: int = 30
     api_anonymous_rate_per_minute: int = 120
+    # Admin logins (django-axes): a username is locked out from one client address at its
+    # admin_login_failure_limit-th failure in a row, for admin_lockout_cooloff_s after the last.
+    admin_login_failure_limit: int = 10
+    admin_lockout_cooloff_s: int = 1_800
     # Reverse proxies in front of the web process, each appending the address it saw to
     # X-Forwarded-For: the client's address is the entry the outermost one appended. 0 (no
     # proxy) takes the connection's address and ignores the header, which any client can write.
@@ -163,6 +167,8 @@ class ChronoConfig:
             ("grant_cache_ttl_ms", 0),
             ("api_failed_auth_per_minute", 1),
             ("api_anonymous_rate_per_minute", 1),
+            ("admin_login_failure_limit", 1),
+            ("admin_lockout_cooloff_s", 1),
             ("trusted_proxy_count", 0),
             ("idempotency_ttl_s", 60),
             ("idempotency_lock_timeout_s", 1),
