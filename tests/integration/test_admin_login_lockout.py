@@ -66,6 +66,7 @@ def test_the_eleventh_wrong_password_is_locked_out_and_so_is_the_right_one(opera
     attempt = AccessAttempt.objects.get(username="operator")
     assert attempt.ip_address == "127.0.0.1"
     assert attempt.failures_since_start >= 11
+    assert "wrong-" not in attempt.post_data and RIGHT not in attempt.post_data
 
 
 def test_the_same_username_from_another_address_still_logs_in(operator):
