@@ -26,9 +26,16 @@ migrate: services
 demo: migrate
 	$(BIN)/chrono demo
 
+PY_PACKAGES := chronocore localservices search scheduler reaper workflows chronoadmin bench
+
+# bandit warns "nosec encountered (B608), but no failed test" for each other piece of an f-string
+# whose finding a `# nosec B608` suppressed (PyCQA/bandit#1204, bandit 1.9): those lines alone are
+# dropped; the findings, and bandit's exit status, are kept.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	bash -o pipefail -c '$(BIN)/bandit -c pyproject.toml -q --severity-level medium \
+	  -r $(PY_PACKAGES) 2>&1 | { grep -v "but no failed test" || true; }'
 
 unit: install
 	$(BIN)/python -m pytest tests/unit -q

@@ -125,7 +125,10 @@ def clean_up(tenant: Tenant) -> None:
     tables = (AuditEvent._meta.db_table, "chrono_execution", "chrono_job")
     with connection.cursor() as cursor:
         for table in tables:
-            cursor.execute(f"DELETE FROM {table} WHERE tenant_id = %s", [tenant.tenant_id])
+            cursor.execute(
+                f"DELETE FROM {table} WHERE tenant_id = %s",  # nosec B608 # the tuple above
+                [tenant.tenant_id],
+            )
         for table in tables:
             cursor.execute(f"VACUUM {table}")
     api.timer_store().client.flushdb()

@@ -6,6 +6,7 @@ asks for.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from chronocore.config import database_settings, get_config
@@ -28,6 +29,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "chronocore.apps.ChronoCoreConfig",
     "chronoadmin.apps.ChronoAdminConfig",
     "scheduler.apps.SchedulerConfig",
@@ -49,6 +51,8 @@ MIDDLEWARE = [
     "search.middleware.AuditActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "chronoadmin.urls"
@@ -67,6 +71,41 @@ TEMPLATES = [
             ],
         },
     },
+]
+
+# Admin logins (docs/security.md, "Brute force and rate limits"). django-axes counts failures
+# per username and client address, in PostgreSQL (its database handler: the web processes share
+# the counts with no cache to configure, they outlive a restart, the attempts show in the admin,
+# and `chrono axes_reset_username` works on them; a failed login is rare enough for a write).
+# Its backend comes first and refuses a locked-out pair before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = CHRONO.admin_login_failure_limit
+AXES_COOLOFF_TIME = timedelta(seconds=CHRONO.admin_lockout_cooloff_s)
+# Username and address together: a stranger's guesses never lock an administrator out of their
+# own address (the address alone would, behind one NAT or proxy); a few tries per username and
+# address in a cool-off, against the validators' passwords below, is no useful guessing rate.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "chronocore.rest.client_limits.client_address"
+AXES_COOLOFF_MESSAGE = (
+    f"Too many failed logins for this username from this address: locked for "
+    f"{CHRONO.admin_lockout_cooloff_s // 60} minutes after the last attempt. A platform "
+    "administrator can unlock it sooner (chrono axes_reset_username USERNAME)."
+)
+
+# Passwords set through Django (createsuperuser, changepassword, the admin's password forms),
+# in development too, so a password chosen on a laptop holds in production. Users created in
+# code (the demo's, the tests') are not validated.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 DATABASES = {"default": database_settings(CHRONO.database_url)}
@@ -90,7 +129,12 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "chronocore.rest.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # Last: reached only by requests without credentials, which it limits per address.
+        "chronocore.rest.client_limits.AnonymousRateThrottle",
     ],
+    # The client's address (rate limits, admin lockouts): None would believe whatever a client
+    # writes in X-Forwarded-For.
+    "NUM_PROXIES": CHRONO.trusted_proxy_count,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["chronoadmin.api.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
@@ -109,6 +153,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The ways to authenticate; the anonymous rate limit sits among the authentication classes
+    # but lets nobody in.
+    "AUTHENTICATION_WHITELIST": [
+        "chronocore.rest.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "scheduler.models.JobStatus",
         "ExecutionStatusEnum": "scheduler.models.ExecutionStatus",

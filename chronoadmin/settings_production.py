@@ -2,7 +2,8 @@
 
 Everything of :mod:`chronoadmin.settings`, hardened as ``manage.py check --deploy`` asks: HTTPS
 only, secure cookies, HSTS, and a secret key that must come from the environment
-(``CHRONO_SECRET_KEY``).
+(``CHRONO_SECRET_KEY``). The admin's login lockout and password validators come from the base
+settings unchanged: development keeps them too, so what holds on a laptop holds here.
 """
 
 from __future__ import annotations

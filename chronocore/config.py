@@ -109,6 +109,21 @@ class ChronoConfig:
     # removed in another process (the admin, the CLI) is refused everywhere within it.
     grant_cache_ttl_ms: int = 5_000
 
+    # Brute force (docs/security.md, "Brute force and rate limits"). API requests per client
+    # address, up to a minute's worth at once: failed authentications (a wrong, revoked or
+    # malformed key), after which every request with a key from that address is refused until
+    # the budget refills, and requests with no credentials at all.
+    api_failed_auth_per_minute: int = 30
+    api_anonymous_rate_per_minute: int = 120
+    # Admin logins (django-axes): a username is locked out from one client address at its
+    # admin_login_failure_limit-th failure in a row, for admin_lockout_cooloff_s after the last.
+    admin_login_failure_limit: int = 10
+    admin_lockout_cooloff_s: int = 1_800
+    # Reverse proxies in front of the web process, each appending the address it saw to
+    # X-Forwarded-For: the client's address is the entry the outermost one appended. 0 (no
+    # proxy) takes the connection's address and ignores the header, which any client can write.
+    trusted_proxy_count: int = 0
+
     # Audit log (search/). Events go to the data stream logs-chrono.audit-<audit_namespace>;
     # tests use a namespace of their own so that runs side by side on one engine do not meet.
     # search_api_key is an Elasticsearch API key (base64 id:key); a user and password can go
@@ -150,6 +165,11 @@ class ChronoConfig:
             ("pending_jobs_recount_s", 1),
             ("run_at_grace_ms", 0),
             ("grant_cache_ttl_ms", 0),
+            ("api_failed_auth_per_minute", 1),
+            ("api_anonymous_rate_per_minute", 1),
+            ("admin_login_failure_limit", 1),
+            ("admin_lockout_cooloff_s", 1),
+            ("trusted_proxy_count", 0),
             ("idempotency_ttl_s", 60),
             ("idempotency_lock_timeout_s", 1),
             ("audit_retention_days", 1),

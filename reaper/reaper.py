@@ -136,6 +136,7 @@ class Reaper:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
+                # nosec B608 # ATTEMPT_COLUMNS is a module constant; every value is a parameter
                 "JOIN chrono_job j ON j.job_id = e.job_id "
                 "LEFT JOIN chrono_worker w ON w.worker_id = e.worker_id "
                 "WHERE e.status = 'RUNNING' AND (e.lease_expires_at < %s OR w.is_healthy = false) "
@@ -197,6 +198,7 @@ class Reaper:
                 return 0
             cursor.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
+                # nosec B608 # ATTEMPT_COLUMNS is a module constant; every value is a parameter
                 "JOIN chrono_job j ON j.job_id = e.job_id WHERE e.execution_id = ANY(%s)",
                 [ids],
             )

@@ -64,6 +64,7 @@ _FLAG_SQL = (
 )
 _CLEAR_SQL = (
     "WITH f AS (SELECT e.execution_id FROM chrono_execution e "
+    # nosec B608 # unflagged_reason_sql() of a column name; values are parameters
     "  JOIN chrono_job j ON j.job_id = e.job_id "
     "  WHERE e.status = 'DISPATCHED' AND j.queue = %(queue)s AND starts_with(e.reason, %(prefix)s) "
     "  LIMIT %(limit)s FOR UPDATE OF e SKIP LOCKED) "

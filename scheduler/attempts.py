@@ -85,6 +85,7 @@ def end_attempt(
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH e AS (UPDATE chrono_execution SET status = %s, error = %s, traceback = %s, "
+            # nosec B608 # audit.attempt_ended() of module constants; values are parameters
             "reason = %s, "
             "exit_code = 1, lease_expires_at = NULL, fencing_token = fencing_token + 1, "
             "finished_at = CASE WHEN %s = 'RETRY_WAIT' THEN NULL ELSE %s END, "
@@ -265,6 +266,7 @@ def load_waiting(attempts: list[tuple[str, int]]) -> list[AttemptRow]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
+            # nosec B608 # ATTEMPT_COLUMNS is a module constant; every value is a parameter
             "JOIN chrono_job j ON j.job_id = e.job_id "
             "JOIN unnest(%s::uuid[], %s::int[]) AS x(execution_id, attempt) "
             "ON x.execution_id = e.execution_id AND x.attempt = e.attempt "
@@ -280,6 +282,7 @@ def mark_dispatched(rows: list[AttemptRow], *, at_ms: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
+                # nosec B608 # the lock and audit SQL are module constants; values are parameters
                 "u AS (UPDATE chrono_execution AS e SET status = 'DISPATCHED', "
                 "dispatched_at = %s FROM l WHERE e.execution_id = l.execution_id "
                 "AND e.status = 'RETRY_WAIT' "

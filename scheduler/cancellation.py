@@ -49,6 +49,7 @@ def request_cancel_running(
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE chrono_execution SET cancel_requested_at = %s, reason = %s "
+            # nosec B608 # column is one of two literal names; values are parameters
             f"WHERE {column} = %s AND status = 'RUNNING' AND cancel_requested_at IS NULL "
             "RETURNING execution_id",
             [ms_to_datetime(now_ms()), f"cancel requested by {by or 'unknown'}"[:300],
@@ -66,6 +67,7 @@ def finish_cancelled(started: StartedExecution) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s, "
+            # nosec B608 # _RETURNING and CANCELLED_AUDIT are module constants
             "lease_expires_at = NULL, exit_code = 1 "
             "WHERE execution_id = %s AND fencing_token = %s AND status = 'RUNNING' "
             f"AND cancel_requested_at IS NOT NULL RETURNING {_RETURNING}) "
@@ -83,6 +85,7 @@ def settle_cancelled_lost(execution_ids: list[str]) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s, "
+            # nosec B608 # _RETURNING and CANCELLED_AUDIT are module constants
             "lease_expires_at = NULL, fencing_token = fencing_token + 1 "
             "WHERE execution_id = ANY(%s) AND status = 'RUNNING' "
             f"AND cancel_requested_at IS NOT NULL RETURNING {_RETURNING}) "

@@ -154,6 +154,7 @@ def cancel_pending_executions(job_id: uuid.UUID | str, *, by: str) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s "
+            # nosec B608 # the audit SQL is built from module constants; every value is a parameter
             "WHERE job_id = %s AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
             "RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, finished_at) "
             + audit.insert_select(
@@ -219,6 +220,7 @@ def _batched(columns: str, update: str, tail: str) -> str:
     names = [c.split("::")[0] for c in columns.split(", ")]
     arrays = ", ".join(f"%s::{c.split('::')[1]}[]" for c in columns.split(", "))
     return (f"WITH x AS (SELECT * FROM unnest({arrays}) AS x({', '.join(names)})), "
+            # nosec B608 # built at import from this module's constant SQL
             f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
             f"u AS ({update.replace('{rows}', 'FROM x JOIN l USING (execution_id)')}){tail}")
 
@@ -239,6 +241,7 @@ def _one_row(columns: dict[str, list[object]]) -> dict[str, object]:
 def _finish_one_sql(status: str) -> str:
     return (
         "WITH u AS (UPDATE chrono_execution SET status = %(status)s, "
+        # nosec B608 # the audit SQL of a constant status; values are parameters
         "finished_at = %(finished_at)s, result = %(result)s::jsonb, error = %(error)s, "
         "exit_code = %(exit_code)s, lease_expires_at = NULL "
         "WHERE execution_id = %(execution_id)s AND fencing_token = %(fencing_token)s "
@@ -259,6 +262,7 @@ def _result_json(result: object) -> str | None:
 
 _START_ONE_SQL = (
     "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %(worker_id)s, "
+    # nosec B608 # module constants only; values are parameters
     "started_at = %(started_at)s, lease_expires_at = %(lease_expires_at)s, "
     "fencing_token = fencing_token + 1, "
     f"reason = {unflagged_reason_sql('reason')} "
@@ -272,6 +276,7 @@ _START_SQL = _batched(
     "execution_id::uuid, attempt::int, worker_id::text, started_at::timestamptz, "
     "lease_expires_at::timestamptz",
     "UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
+    # nosec B608 # module constants only; values are parameters
     "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
     "fencing_token = e.fencing_token + 1, "
     f"reason = {unflagged_reason_sql('e.reason')} {{rows}} "
@@ -279,7 +284,8 @@ _START_SQL = _batched(
     "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
     "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.started_at, "
     "e.scheduled_for, e.fencing_token",
-    f", a AS ({_STARTED_AUDIT}) SELECT execution_id, fencing_token FROM u",
+    f", a AS ({_STARTED_AUDIT}) "  # nosec B608 # module constants only
+    "SELECT execution_id, fencing_token FROM u",
 )
 _FINISH_SQL = _batched(
     "execution_id::uuid, fencing_token::bigint, status::text, finished_at::timestamptz, "

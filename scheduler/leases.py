@@ -41,6 +41,7 @@ def renew_leases(held: dict[str, int], *, ttl_ms: int) -> tuple[set[str], set[st
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}) "
+            # nosec B608 # LOCK_EXECUTIONS_IN_ORDER is a module constant
             "UPDATE chrono_execution AS e SET lease_expires_at = %s "
             "FROM unnest(%s::uuid[], %s::bigint[]) AS x(execution_id, fencing_token) "
             "JOIN l USING (execution_id) "

@@ -126,6 +126,7 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
     with prepared.cursor() as cursor:
         cursor.execute(
             "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::timestamptz[]) "
+            # nosec B608 # _JOB_COLUMNS is a module constant; values are parameters
             "  AS x(execution_id, job_id, fired_at)), "
             f"j AS (SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s::uuid[]) "
             "  FOR KEY SHARE), "
@@ -168,6 +169,7 @@ def record_dispatched(
     with prepared.cursor() as cursor:
         cursor.execute(
             "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
+            # nosec B608 # the lock and audit SQL are module constants; values are parameters
             "AS d(execution_id, confirmed_at)), "
             f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
             "e AS (UPDATE chrono_execution AS c SET dispatched_at = d.confirmed_at, status = CASE "
@@ -208,6 +210,7 @@ def record_misfires(
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH i AS (INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
+            # nosec B608 # the audit SQL is built from module constants; every value is a parameter
             "scheduled_for, status, reason, error, logs_url, fencing_token, finished_at) "
             "SELECT e, j, t, 1, s, st, r, '', '', 0, CASE WHEN st = 'SKIPPED' THEN now() END "
             "FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::timestamptz[], %s::text[], "
@@ -301,6 +304,7 @@ def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> 
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = now(), "
+            # nosec B608 # CANCELLED_AUDIT is a module constant
             "reason = 'replaced by a newer occurrence (overlap policy cancel_previous)' "
             "WHERE job_id = ANY(%s) AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
             "AND NOT execution_id = ANY(%s) "

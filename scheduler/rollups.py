@@ -180,6 +180,7 @@ def _upsert_sql(rows: int) -> str:
     )
     arrays = ", ".join(f"{c} = chrono_add_int_arrays(r.{c}, EXCLUDED.{c})" for c in _ARRAYS)
     return (f"INSERT INTO chrono_execution_rollup AS r ({', '.join(COLUMNS)}) VALUES {values} "
+            # nosec B608 # column names are module constants, VALUES only placeholders
             f"ON CONFLICT (tenant_id, minute, task) DO UPDATE SET {added}, {arrays}")
 
 

@@ -25,6 +25,10 @@ def _test_redis_url() -> str:
 
 
 os.environ["REDIS_URL"] = _test_redis_url()
+# Django's settings read the config before this module ran; what runs while tests are collected
+# (the schema fuzz fetches the schema, which the anonymous rate limit counts in Redis) must use
+# the tests' Redis database too, not the one of a demo on the same server.
+get_config.cache_clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -148,7 +148,7 @@ FROM unnest(%(run_ids)s::uuid[], %(run_states)s::jsonb[], %(run_statuses)s::text
             %(run_finished)s::timestamptz[])
      AS u(run_id, state, status, reason, state_version, finished_at)
 WHERE r.run_id = u.run_id
-"""  # noqa: S608 - the one name interpolated is a module constant; every value is a parameter
+"""  # nosec B608 # the one name interpolated is a module constant; every value is a parameter
 
 
 def write(writes: Writes, *, watcher: str) -> None:

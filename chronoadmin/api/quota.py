@@ -13,7 +13,7 @@ import uuid
 
 from chronoadmin.api.errors import QuotaExceeded
 from chronocore.config import get_config
-from chronocore.rest.throttling import api_redis
+from chronocore.rest.gcra import api_redis
 from scheduler.models import Job
 
 KEY_PREFIX = "chrono:api:pending:"

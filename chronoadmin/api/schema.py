@@ -23,7 +23,8 @@ _ERRORS = {
     "405": "Method not allowed.",
     "406": "Not acceptable: ask for application/json.",
     "415": "Unsupported Content-Type: send application/json.",
-    "429": "Rate limit or pending-job quota reached; see Retry-After.",
+    "429": "Rate limit (the tenant's, or the client address's for failed authentications and "
+    "requests without credentials) or pending-job quota reached; see Retry-After.",
     "503": "The timer store (Redis) did not answer; retry.",
 }
 _WRITE_ERRORS = {

@@ -4,6 +4,9 @@ The prefix finds the key's row; the SHA-256 of the whole key is compared in cons
 request authenticated this way has a :class:`TenantClient` as ``request.user`` and the
 :class:`~chronocore.models.ApiKey` as ``request.auth``. Staff users of the admin site use
 DRF's session authentication instead (platform endpoints only).
+
+Every failed authentication counts against the caller's address, and an address over its budget
+is refused with 429 before its key is looked at (:mod:`chronocore.rest.client_limits`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from chronocore.models import ApiKey, Tenant, hash_api_key, split_api_key
+from chronocore.rest import client_limits
 
 # last_used_at is written at most this often per key, so authentication is not a write per request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -49,6 +53,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None
+        client_limits.refuse_if_failing(request)
+        try:
+            return self._authenticate_header(header)
+        except exceptions.AuthenticationFailed:
+            client_limits.count_failure(request)
+            raise
+
+    def _authenticate_header(self, header: list[bytes]) -> tuple[TenantClient, ApiKey]:
         if len(header) != 2:
             raise exceptions.AuthenticationFailed(f"Malformed Authorization header: {_HINT}.")
         try:

@@ -1,35 +1,21 @@
 """Request rate per tenant (or per staff user), shared by every web process through Redis.
 
-A GCRA limiter (``lua/rate_limit.lua``): ``api_rate_per_minute`` requests a minute, with up to a
-minute's allowance in one burst. A refused request gets 429 with ``Retry-After`` in seconds.
+A GCRA limiter (:mod:`.gcra`): ``api_rate_per_minute`` requests a minute, with up to a minute's
+allowance in one burst. A refused request gets 429 with ``Retry-After`` in seconds. Callers
+without credentials, and failed authentications, are limited by client address instead
+(:mod:`.client_limits`).
 """
 
 from __future__ import annotations
 
-import math
-from functools import cache
-from pathlib import Path
-
-import redis
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from chronocore.config import get_config
-from chronocore.redis_client import redis_client
+from chronocore.rest import gcra
 from chronocore.rest.authentication import TenantClient
 
-_SCRIPT = Path(__file__).with_name("lua") / "rate_limit.lua"
-KEY_PREFIX = "chrono:api:rate:"
-
-
-def api_redis() -> redis.Redis:
-    """The Redis connection pool of this process (the timer store's: one pool, one server)."""
-    return redis_client()
-
-
-@cache
-def _rate_limit_script(client: redis.Redis):
-    return client.register_script(_SCRIPT.read_text())
+KEY_PREFIX = gcra.KEY_PREFIX
 
 
 def rate_limit_key(request: Request) -> str | None:
@@ -51,16 +37,8 @@ class TenantRateThrottle(BaseThrottle):
         key = rate_limit_key(request)
         if key is None:
             return True
-        rate = get_config().api_rate_per_minute
-        interval_ms = 60_000 / rate
-        client = api_redis()
-        allowed, wait_ms = _rate_limit_script(client)(
-            keys=[key], args=[interval_ms, interval_ms * rate], client=client
-        )
-        if allowed:
-            return True
-        self.wait_s = max(1, math.ceil(int(wait_ms) / 1000))
-        return False
+        self.wait_s = gcra.take(key, get_config().api_rate_per_minute)
+        return self.wait_s is None
 
     def wait(self) -> float | None:
         return self.wait_s

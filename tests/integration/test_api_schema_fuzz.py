@@ -3,6 +3,12 @@
 Every documented operation gets generated requests (valid and invalid), as a tenant for the
 tenant endpoints and as a staff user for the platform ones. No answer may be a server error, and
 every answer must match the schema: a documented status, content type, headers and body.
+
+A second run authenticates with another tenant's key and fills every path parameter with the
+first tenant's real ids (its job, execution, workflow and version, run, API key, task grant,
+tenant id, a worker): each request must get 404 on a tenant endpoint and 403 on a platform one,
+with the very answer an id that does not exist gets, so the other tenant cannot even tell that
+the object exists.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from chronoadmin.wsgi import application
 pytestmark = pytest.mark.django_db
 
 MAX_EXAMPLES = 30
+# The cross-tenant run's path parameters are fixed (the first tenant's ids), so fewer examples
+# cover its bodies, queries and headers; each example makes two requests.
+CROSS_TENANT_MAX_EXAMPLES = 20
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -64,6 +73,11 @@ def staff_cookies(db):
 
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+# Operations with path parameters, and valid requests only (an invalid body can be refused with
+# 400 before the object is looked up, for any id alike; the first run covers those).
+cross_tenant_schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+cross_tenant_schema.config.generation.update(modes=[schemathesis.GenerationMode.POSITIVE])
+cross_tenant_schema = cross_tenant_schema.include(path_regex=r"\{")
 
 
 @schemathesis.serializer("application/x-ndjson")
@@ -123,3 +137,60 @@ def test_no_operation_answers_a_server_error_or_outside_its_schema(
         headers = {"Authorization": f"Bearer {tenant_api.full_key}"}
     with keep_the_test_connection():
         case.call_and_validate(checks=CHECKS, headers=headers)
+
+
+@pytest.fixture
+def first_tenant_ids(tenant_api, existing_ids):
+    """Every kind of id a path can hold, of objects of the first tenant (and a worker)."""
+    from chronocore.models import TaskGrant
+    from workflows import engine
+
+    definition = engine.define(tenant_api.tenant, {"name": "fuzz-flow", "steps": [
+        {"key": "a", "task": "tests.noop"}]}, by="fuzz")
+    run = engine.start_run("fuzz-flow", tenant=tenant_api.tenant, by="fuzz")
+    return {
+        **existing_ids,
+        "name": definition.name,
+        "version": str(definition.version),
+        "run_id": str(run.run_id),
+        "id": str(TaskGrant.objects.filter(tenant=tenant_api.tenant).first().pk),
+    }
+
+
+def unknown_like(name: str, value: str) -> str:
+    """An id of the same shape as ``value`` that names nothing."""
+    if name == "version":
+        return value  # of a workflow name that does not exist: unknown all the same
+    if name == "id":
+        return str(int(value) + 1_000_000)
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return f"{value}-unknown"
+    return str(uuid.uuid4())
+
+
+@cross_tenant_schema.parametrize()
+@settings(max_examples=CROSS_TENANT_MAX_EXAMPLES, deadline=None, database=None,
+          derandomize=True, suppress_health_check=list(HealthCheck))
+def test_another_tenants_ids_answer_404_or_403_exactly_like_unknown_ids(
+    case, other_api, first_tenant_ids, chrono_config
+):
+    chrono_config(api_rate_per_minute=1_000_000)
+    real = {name: first_tenant_ids[name] for name in case.path_parameters}
+    key = (case.headers or {}).get("Idempotency-Key")
+    if key:  # the answer must not depend on an earlier example's use of the key
+        case.headers["Idempotency-Key"] = f"{key[:150]}-{uuid.uuid4().hex}"
+    headers = {"Authorization": f"Bearer {other_api.full_key}"}
+    platform = "platform" in (case.operation.definition.raw.get("tags") or [])
+    with keep_the_test_connection():
+        case.path_parameters.update(real)
+        response = case.call_and_validate(checks=CHECKS, headers=headers)
+        case.path_parameters.update({n: unknown_like(n, v) for n, v in real.items()})
+        as_unknown = case.call(headers=headers)
+    expected = 403 if platform else 404
+    assert response.status_code == expected, (case.operation.label, response.text)
+    unknown_text = as_unknown.text
+    for name, value in real.items():
+        unknown_text = unknown_text.replace(unknown_like(name, value), value)
+    assert (as_unknown.status_code, unknown_text) == (response.status_code, response.text)
