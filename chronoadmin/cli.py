@@ -29,6 +29,8 @@ USAGE = """usage: chrono COMMAND [ARGS]
                             turn a Celery app's beat_schedule into Chrono cron jobs
   grants add|list|remove --tenant SLUG [--task PATTERN] [--queue PATTERN]
                             the tasks and queues a tenant may schedule
+  tenant-staff add|list|remove --tenant SLUG [--user NAME] [--role viewer|operator|admin]
+                            the admin users who work for a tenant (they see only its rows)
   bench NAME                run a benchmark, print one JSON line
   (any other Django management command)
 """

@@ -2,24 +2,27 @@
 duration and waiting reason, drawn as a graph that updates while the run runs.
 
 Runs change only through :mod:`workflows.engine` (cancel, retry from failure buttons); nothing
-here edits a run's row or state.
+here edits a run's row or state. Both pages are scoped by tenant
+(:class:`chronocore.staff.TenantScopedAdmin`): tenant staff see their tenant's definitions and
+runs (another tenant's id answers 404, the graph's JSON and the buttons too) and cancel or retry
+with the operator role.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
+from chronocore.staff import TenantScopedAdmin
 from workflows import engine
 from workflows.inspection import run_steps
 from workflows.models import WorkflowDefinitionVersion, WorkflowRun
 
 
 @admin.register(WorkflowDefinitionVersion)
-class WorkflowDefinitionAdmin(admin.ModelAdmin):
+class WorkflowDefinitionAdmin(TenantScopedAdmin):
     list_display = ("name", "version", "tenant", "created_at", "created_by")
     list_filter = ("tenant",)
     search_fields = ("name",)
@@ -68,7 +71,7 @@ def graph_of(run: WorkflowRun) -> dict:
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(admin.ModelAdmin):
+class WorkflowRunAdmin(TenantScopedAdmin):
     change_form_template = "admin/workflows/workflowrun/change_form.html"
     list_display = ("run_id", "name", "version", "tenant", "status", "created_at",
                     "finished_at")
@@ -94,6 +97,13 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        run = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        context["run_actions"] = run is not None and self.may_act(request, run.tenant_id)
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     def get_urls(self):
         return [
             path("<uuid:run_id>/graph/", self.admin_site.admin_view(self.graph_view),
@@ -105,13 +115,15 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         ]
 
     def graph_view(self, request: HttpRequest, run_id) -> JsonResponse:
-        return JsonResponse(graph_of(get_object_or_404(WorkflowRun, run_id=run_id)))
+        return JsonResponse(graph_of(self.scoped_object_or_404(request, run_id=run_id)))
 
     def action_view(self, request: HttpRequest, run_id, action: str) -> HttpResponse:
-        run = get_object_or_404(WorkflowRun, run_id=run_id)
+        run = self.scoped_object_or_404(request, run_id=run_id)
         change = {"cancel": engine.cancel_run, "retry": engine.retry_run}.get(action)
         if change is None:
             return HttpResponse(status=404)
+        if not self.may_act(request, run.tenant_id):
+            return HttpResponse(status=403)
         try:
             change(run.run_id, tenant=run.tenant_id, by=f"user:{request.user}")
             self.message_user(request, f"{action.capitalize()}: done.", messages.SUCCESS)
