@@ -19,6 +19,7 @@ USAGE = """usage: chrono COMMAND [ARGS]
   reaper                    re-queue the jobs of dead workers (several may run)
   indexer                   ship audit events to the search engine
   rebuild-timers            rewrite every pending timer in Redis from PostgreSQL
+  rebuild-job-counts        count the jobs by tenant and status again (the triggers keep them)
   web [ADDR:PORT]           serve the admin and API
   dev                       beat, worker, reaper, indexer and web in one command
   demo                      a demo tenant with jobs, then dev; prints where to look
