@@ -1,5 +1,6 @@
-"""Admin pages of workflows: definitions with their versions, and runs with every step's state,
-duration and waiting reason, drawn as a graph that updates while the run runs.
+"""Admin pages of workflows: definitions with their versions and their last runs × steps as a
+grid (:mod:`workflows.grid`), and runs with every step's state, duration and waiting reason,
+drawn as a graph that updates while the run runs.
 
 Runs change only through :mod:`workflows.engine` (cancel, retry from failure buttons); nothing
 here edits a run's row or state. Both pages are scoped by tenant
@@ -11,23 +12,46 @@ with the operator role.
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
 from chronocore.staff import TenantScopedAdmin
 from workflows import engine
+from workflows.grid import DEFAULT_RUNS, MAX_RUNS, run_grid
 from workflows.inspection import run_steps
 from workflows.models import WorkflowDefinitionVersion, WorkflowRun
 
 
 @admin.register(WorkflowDefinitionVersion)
 class WorkflowDefinitionAdmin(TenantScopedAdmin):
+    change_form_template = "admin/workflows/workflowdefinitionversion/change_form.html"
     list_display = ("name", "version", "tenant", "created_at", "created_by")
     list_filter = ("tenant",)
     search_fields = ("name",)
     readonly_fields = ("definition_id", "tenant", "name", "version", "spec", "fingerprint",
                        "created_at", "created_by")
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        """The definition, and its last ``?runs=N`` runs (default 25, at most 100) × steps."""
+        raw = request.GET.get("runs", str(DEFAULT_RUNS))
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_RUNS:
+            return HttpResponseBadRequest(
+                f"runs must be a whole number from 1 to {MAX_RUNS}, not {raw[:20]!r}",
+                content_type="text/plain")
+        version = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if version is not None:
+            context["grid"] = run_grid(version, runs=int(raw))
+            context["grid_runs"] = int(raw)
+        return super().change_view(request, object_id, form_url, extra_context=context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # defined through the API or the Python DSL, validated there
