@@ -121,6 +121,9 @@
     fillTable("top-failing", data.top_failing, (t) => [[t.task], [t.failed, "num"],
       [`${(100 * t.failure_rate).toFixed(1)} %`, "num"]]);
     drawQueues(data.queues);
+    // Workers, timers and queues serve every tenant: shown in the all-tenants view only.
+    document.getElementById("platform-card").hidden = Boolean(data.tenant);
+    document.getElementById("workers-panel").hidden = Boolean(data.tenant);
     fillTable("workers", data.workers, (w) => [[w.worker_id], [w.queues], [text(w.heartbeat_age_s, "s"), "num"],
       [w.running, "num"], [w.healthy ? "healthy" : "unhealthy", w.healthy ? "health-ok" : "health-bad"]]);
     statusLine.textContent = `updated ${new Date(data.generated_at).toLocaleTimeString()}` +
