@@ -1,6 +1,7 @@
 """A platform for one benchmark run: services, a tenant, a queue, beat replicas, a worker.
 
-Benchmarks use the Redis database ``BENCH_REDIS_DB`` (flushed before and after), their own
+Benchmarks use the Redis database ``BENCH_REDIS_DB`` (9, or ``CHRONO_BENCH_REDIS_DB``: two
+sessions benchmarking on one server each take their own; flushed before and after), their own
 tenant (its jobs deleted before and after) and their own queue (deleted after), so they neither
 disturb nor are disturbed by a demo running on the same machine.
 """
@@ -35,7 +36,7 @@ from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.models import Execution
 
 BENCH_TENANT = "bench"
-BENCH_REDIS_DB = 9
+BENCH_REDIS_DB = int(os.environ.get("CHRONO_BENCH_REDIS_DB", "9"))
 
 
 def use_bench_redis_db(db: int = BENCH_REDIS_DB) -> None:

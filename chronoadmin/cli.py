@@ -19,6 +19,7 @@ USAGE = """usage: chrono COMMAND [ARGS]
   reaper                    re-queue the jobs of dead workers (several may run)
   indexer                   ship audit events to the search engine
   rebuild-timers            rewrite every pending timer in Redis from PostgreSQL
+  rebuild-job-counts        count the jobs by tenant and status again (the triggers keep them)
   web [ADDR:PORT]           serve the admin and API
   dev                       beat, worker, reaper, indexer and web in one command
   demo                      a demo tenant with jobs, then dev; prints where to look
@@ -29,6 +30,8 @@ USAGE = """usage: chrono COMMAND [ARGS]
                             turn a Celery app's beat_schedule into Chrono cron jobs
   grants add|list|remove --tenant SLUG [--task PATTERN] [--queue PATTERN]
                             the tasks and queues a tenant may schedule
+  tenant-staff add|list|remove --tenant SLUG [--user NAME] [--role viewer|operator|admin]
+                            the admin users who work for a tenant (they see only its rows)
   bench NAME                run a benchmark, print one JSON line
   (any other Django management command)
 """

@@ -1,32 +1,67 @@
 """The live dashboard (an admin page whose script polls a JSON endpoint). The health endpoints
-are :mod:`chronoadmin.health`."""
+are :mod:`chronoadmin.health`.
+
+Platform staff see every tenant (the default) or one (``?tenant=<slug>``); tenant staff
+(:mod:`chronocore.staff`) see their own tenants only: without ``tenant`` their first, and
+another tenant's slug answers 404 as an unknown one does. The platform-wide panels (workers,
+timers, queues) are in the all-tenants view only."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from chronoadmin.dashboard_data import dashboard_data
 from chronocore.config import get_config
 from chronocore.models import Tenant
+from chronocore.staff import scope_of
 
 # The page polls this often while it is visible; the server computes the figures at most once
 # per DASHBOARD_CACHE_S for each tenant filter, however many pages poll.
 DASHBOARD_REFRESH_MS = 2_000
 DASHBOARD_CACHE_S = 1
 TENANT_CHOICES = 500
+NO_TENANT = ("Your user is not a member of any tenant: platform staff add members "
+             "(`chrono tenant-staff add`, or Tenant memberships in the admin).")
+
+
+class UnknownTenant(Exception):
+    """Raised when the tenant filter names no tenant the user sees."""
+
+
+def tenant_in_view(request: HttpRequest, slug: str) -> Tenant | None:
+    """The tenant the dashboard shows for ``slug`` (None: all tenants, for platform staff).
+    Raises :class:`UnknownTenant`, or ``PermissionDenied`` for a staff user who sees none."""
+    scope = scope_of(request.user)
+    if not scope.sees_anything:
+        raise PermissionDenied(NO_TENANT)
+    if slug:
+        tenant = scope.tenants().filter(slug=slug).first()
+        if tenant is None:
+            raise UnknownTenant(f"No tenant with the slug {slug[:64]!r}.")
+        return tenant
+    return None if scope.platform else scope.tenants().first()
 
 
 def dashboard_view(request: HttpRequest) -> HttpResponse:
     """The dashboard's page; its figures come from :func:`dashboard_data_view`, polled by the
     page's script (no reload)."""
+    scope = scope_of(request.user)
+    if not scope.sees_anything:
+        raise PermissionDenied(NO_TENANT)
+    slugs = list(scope.tenants().values_list("slug", flat=True)[:TENANT_CHOICES])
     context = {
         **admin.site.each_context(request),
         "title": "Live dashboard",
         "refresh_ms": DASHBOARD_REFRESH_MS,
-        "tenants": Tenant.objects.order_by("slug").values_list("slug", flat=True)[:TENANT_CHOICES],
+        "tenants": slugs,
+        # Tenant staff start on their (first) tenant and have no "all tenants" view.
+        "tenant_initial": "" if scope.platform else slugs[0],
+        "tenant_fixed": not scope.platform and len(slugs) == 1,
+        "platform": scope.platform,
     }
     return render(request, "chronoadmin/dashboard.html", context)
 
@@ -37,12 +72,14 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
     Throttled by the server: computed at most once per ``DASHBOARD_CACHE_S`` per tenant filter
     and process, however many browsers poll it."""
     slug = request.GET.get("tenant", "").strip()
-    tenant_id = None
-    if slug:
-        tenant = Tenant.objects.filter(slug=slug).first()
-        if tenant is None:
-            return JsonResponse({"detail": f"No tenant with the slug {slug!r}."}, status=404)
-        tenant_id = str(tenant.tenant_id)
+    try:
+        tenant = tenant_in_view(request, slug)
+    except UnknownTenant as exc:
+        return JsonResponse({"detail": str(exc)}, status=404)
+    except PermissionDenied as exc:
+        return JsonResponse({"detail": str(exc)}, status=403)
+    tenant_id = None if tenant is None else str(tenant.tenant_id)
+    slug = "" if tenant is None else tenant.slug
     key = f"chrono-dashboard:{tenant_id or '*'}"
     data = cache.get(key)
     if data is None:

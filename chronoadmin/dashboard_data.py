@@ -3,8 +3,11 @@
 executions table, which grows by millions of rows a day.
 
 Every query here is bounded: the rollups of the last hour of one tenant (or of the platform-wide
-rows), the running executions (at most the workers' concurrency, through the partial index on
-RUNNING), overdue retries and expired leases (partial indexes), the workers table.
+rows), the jobs by status from the counts triggers keep (:mod:`scheduler.job_counts`: a few rows
+per tenant, never a count of the jobs table), the running executions (at most the workers'
+concurrency, through the partial index on RUNNING), overdue retries and expired leases (partial
+indexes), the workers table; and, for the platform view, the queues' depth and consumers from
+RabbitMQ (:mod:`chronoadmin.dashboard_queues`: cached, and never waited for long).
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
+from chronoadmin.dashboard_queues import queues_panel
 from reaper.models import Worker
+from scheduler import job_counts
 from scheduler.api import timer_store
-from scheduler.models import Execution, ExecutionStatus, Job
+from scheduler.models import Execution, ExecutionStatus
 from scheduler.rollups import ALL_TENANTS, quantile_ms
 
 WINDOW_MINUTES = 60
@@ -148,11 +153,6 @@ def stuck_work(now: datetime, tenant_id: str | None) -> dict:
     }
 
 
-def jobs_by_status(tenant_id: str | None) -> dict[str, int]:
-    jobs = Job.objects.all() if tenant_id is None else Job.objects.filter(tenant_id=tenant_id)
-    return dict(jobs.values_list("status").annotate(n=Count("job_id")).order_by())
-
-
 def pending_timers() -> int | None:
     try:
         return timer_store().pending_count()
@@ -166,6 +166,7 @@ def dashboard_data(*, tenant_id: str | None, heartbeat_interval_s: float,
     now = now or timezone.now()
     rollup_tenant = tenant_id or ALL_TENANTS
     tasks = task_table(rollup_tenant, now)
+    live_workers = workers(now, heartbeat_interval_s) if tenant_id is None else []
     return {
         "generated_at": now.isoformat(),
         "window_minutes": WINDOW_MINUTES,
@@ -173,9 +174,12 @@ def dashboard_data(*, tenant_id: str | None, heartbeat_interval_s: float,
         "tasks": tasks[:TOP_TASKS],
         "top_failing": sorted((t for t in tasks if t["failed"]),
                               key=lambda t: -t["failed"])[:TOP_FAILING],
-        "jobs_by_status": jobs_by_status(tenant_id),
+        "jobs_by_status": job_counts.jobs_by_status(tenant_id),
         "stuck": stuck_work(now, tenant_id),
-        # Platform-wide facts: shared workers and one timer store serve every tenant.
-        "workers": workers(now, heartbeat_interval_s) if tenant_id is None else [],
+        # Platform-wide facts: shared workers, queues and one timer store serve every tenant
+        # (a queue's depth counts every tenant's messages).
+        "workers": live_workers,
         "timers_pending": pending_timers() if tenant_id is None else None,
+        "queues": None if tenant_id is not None else queues_panel(
+            q for w in live_workers if w["healthy"] for q in w["queues"].split(",") if q),
     }

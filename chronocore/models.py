@@ -1,5 +1,6 @@
 """Tenancy: every job, execution and audit event belongs to exactly one tenant; API keys and
-idempotency records are the tenant's side of the REST API."""
+idempotency records are the tenant's side of the REST API, tenant memberships the admin's (which
+signed-in users act for which tenant, :mod:`chronocore.staff`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import secrets
 import uuid
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
@@ -173,3 +175,43 @@ class TaskGrant(models.Model):
                   if (problem := pattern_problem(getattr(self, name)))}
         if errors:
             raise ValidationError(errors)
+
+
+class StaffRole(models.TextChoices):
+    """What a tenant's staff user may do in the admin, each role including the one before."""
+
+    VIEWER = "viewer", "viewer: reads the tenant's jobs, executions, runs and dashboard"
+    OPERATOR = "operator", "operator: and pauses, resumes, runs, cancels, retries and deletes"
+    ADMIN = "admin", "admin: and issues and revokes the tenant's API keys"
+
+
+STAFF_ROLE_RANK = {StaffRole.VIEWER: 1, StaffRole.OPERATOR: 2, StaffRole.ADMIN: 3}
+
+
+class TenantMembership(models.Model):
+    """A user of the admin who works for one tenant, with a role there. A staff user with
+    memberships sees those tenants' rows only; platform staff (superusers, or users holding the
+    ``chronocore.platform_staff`` permission) see every tenant. A staff user with neither sees
+    no tenant's rows (:mod:`chronocore.staff`)."""
+
+    # No index of its own: the unique constraint's (user, tenant) starts with it.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="tenant_memberships", db_index=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=StaffRole.choices, default=StaffRole.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "chrono_tenant_membership"
+        ordering = ["tenant_id", "user_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="tenant_membership_uniq")
+        ]
+        # The constraint's index serves the look-up of a user's memberships (once per admin
+        # request of a tenant's staff user); the tenant's foreign key keeps its own.
+        permissions = [("platform_staff",
+                        "Sees and acts on every tenant in the admin and the staff API")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.tenant_id} ({self.role})"

@@ -12,7 +12,9 @@ Every ``reaper_interval_ms``:
    sent them died) are sent again;
 4. every ``undelivered_check_interval_ms``, executions waiting longer than
    ``undelivered_flag_after_ms`` on a queue without consumers are flagged
-   (:mod:`reaper.undelivered`).
+   (:mod:`reaper.undelivered`);
+5. every ``job_counts.FOLD_INTERVAL_MS``, the jobs-by-status counts the triggers appended are
+   folded (:mod:`scheduler.job_counts`).
 
 Every change is a conditional update and the rows are taken with ``FOR UPDATE SKIP LOCKED``, so
 several reapers can run at once; each attempt is sent by the one that changed it.
@@ -31,6 +33,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
 from reaper.undelivered import check_undelivered
+from scheduler import job_counts
 from scheduler.attempts import ATTEMPT_COLUMNS, AttemptRow, Outcome, end_attempt, send_attempt
 from scheduler.cancellation import settle_cancelled_lost
 from scheduler.clock import ms_to_datetime, now_ms
@@ -73,6 +76,7 @@ class Reaper:
         # Marked after every pass that went through: the probe's /health.
         self.progress = Progress("pass", stale_after_ms=stale_after_ms(config))
         self._next_undelivered_check_ms = 0
+        self._next_fold_ms = 0
         self._stopping = threading.Event()
 
     def stop(self) -> None:
@@ -104,6 +108,9 @@ class Reaper:
         self.resend_overdue_retries()
         if now_ms() >= self._next_undelivered_check_ms:
             self.check_undelivered()
+        if now_ms() >= self._next_fold_ms:
+            self._next_fold_ms = now_ms() + job_counts.FOLD_INTERVAL_MS
+            job_counts.fold()
 
     def check_undelivered(self) -> None:
         """Flag the executions that wait too long on queues without consumers."""

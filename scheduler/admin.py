@@ -6,6 +6,11 @@ staff user as actor, reaches the job's timer in Redis and takes the job's lock (
 beat's insert of an execution leaves none behind). Its form edits the name alone; a job's schedule
 and options change through the API (a row edited here would not move its timer). Jobs are created
 through the API, and executions by the beat: neither is added here.
+
+Both are scoped by tenant (:class:`chronocore.staff.TenantScopedAdmin`): a tenant's staff see
+their tenant's jobs and executions and nothing else (another tenant's id answers 404, on every
+page and button), and act on them (the buttons, the list's actions, retry) with the operator
+role; a failure's traceback is for platform staff only, as in the REST API.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
+from chronocore.staff import TenantScopedAdmin, scope_of
 from scheduler import api
 from scheduler.errors import JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
@@ -52,9 +57,10 @@ def _job_action(
     """An admin action applying ``change(job_id, tenant=…)`` of :mod:`scheduler.api` to each
     selected job, reporting how many changed and why the others did not."""
 
-    def action(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    def action(model_admin: JobAdmin, request: HttpRequest, queryset: QuerySet) -> None:
         changed, unchanged = 0, []
-        for job in queryset.only("job_id", "tenant_id", "status"):
+        for job in model_admin.acting_rows(request, queryset).only("job_id", "tenant_id",
+                                                                   "status"):
             try:
                 if change(job.job_id, tenant=job.tenant_id):
                     changed += 1
@@ -69,11 +75,12 @@ def _job_action(
                                      + ", ".join(unchanged[:20]), messages.WARNING)
 
     action.__name__ = name
-    return admin.action(description=f"{description} the selected jobs")(action)
+    return admin.action(description=f"{description} the selected jobs",
+                        permissions=["change"])(action)
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(TenantScopedAdmin):
     list_display = (
         "job_type", "name", "tenant", "status", "cron_expression", "timezone", "next_run_at",
         "queue", "created_at",
@@ -105,8 +112,8 @@ class JobAdmin(admin.ModelAdmin):
 
     def job_action_view(self, request: HttpRequest, job_id, action: str) -> HttpResponse:
         """One button of the job page: the same :mod:`scheduler.api` call as the REST API's."""
-        job = get_object_or_404(Job, job_id=job_id)
-        if action not in JOB_ACTIONS or not self.has_change_permission(request, job):
+        job = self.scoped_object_or_404(request, job_id=job_id)
+        if action not in JOB_ACTIONS or not self.may_act(request, job.tenant_id):
             return HttpResponse(status=403)
         label, change, _ = JOB_ACTIONS[action]
         try:
@@ -125,6 +132,8 @@ class JobAdmin(admin.ModelAdmin):
         context = dict(extra_context or {})
         if job is not None:
             context.update(job_page_context(request, job))
+            if not self.may_act(request, job.tenant_id):
+                context["job_actions"] = []
         return super().change_view(request, object_id, form_url, extra_context=context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -139,7 +148,8 @@ class JobAdmin(admin.ModelAdmin):
         api.delete(obj.job_id, tenant=obj.tenant_id)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
-        for job_id, tenant_id in queryset.values_list("job_id", "tenant_id"):
+        for job_id, tenant_id in self.acting_rows(request, queryset).values_list("job_id",
+                                                                                 "tenant_id"):
             try:
                 api.delete(job_id, tenant=tenant_id)
             except JobNotFound:
@@ -197,7 +207,7 @@ def with_ms(moment) -> str:
 
 
 @admin.register(Execution)
-class ExecutionAdmin(admin.ModelAdmin):
+class ExecutionAdmin(TenantScopedAdmin):
     """Executions are written by the beat, the workers and the reaper: here they are read, never
     changed, added or deleted (the page has no Save or Delete button)."""
 
@@ -217,6 +227,11 @@ class ExecutionAdmin(admin.ModelAdmin):
     ordering = ("-scheduled_for",)
     show_full_result_count = False
 
+    def get_fields(self, request: HttpRequest, obj: Execution | None = None):
+        if scope_of(request.user).platform:
+            return self.fields
+        return tuple(f for f in self.fields if f != "traceback")  # tenants see the error
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -232,7 +247,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         context = dict(extra_context or {})
         if execution is not None:
             context.update(execution_attempts(execution))
-            context["retryable"] = execution.status in api.RETRYABLE_BY_HAND
+            context["retryable"] = (execution.status in api.RETRYABLE_BY_HAND
+                                    and self.may_act(request, execution.tenant_id))
         return super().change_view(request, object_id, form_url, extra_context=context)
 
     def get_urls(self):
@@ -245,7 +261,9 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     def retry_view(self, request: HttpRequest, execution_id) -> HttpResponse:
         """The "Retry this execution" button: :func:`scheduler.api.retry_execution`."""
-        execution = get_object_or_404(Execution, execution_id=execution_id)
+        execution = self.scoped_object_or_404(request, execution_id=execution_id)
+        if not self.may_act(request, execution.tenant_id):
+            return HttpResponse(status=403)
         try:
             attempt = api.retry_execution(execution.execution_id, tenant=execution.tenant_id,
                                           by=f"user:{request.user}")

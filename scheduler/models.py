@@ -323,3 +323,29 @@ class ExecutionEnd(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id} {self.status}"
+
+
+class JobCount(models.Model):
+    """Jobs by status per tenant, kept by triggers on ``chrono_job`` (:mod:`scheduler.job_counts`):
+    every statement that inserts, deletes or changes the status of jobs appends its net change
+    per tenant and status (and under ``rollups.ALL_TENANTS``), and a periodic fold sums each
+    tenant's rows into one. The count of a tenant's jobs in a status is the sum of its rows."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant_id = models.UUIDField()
+    status = models.CharField(max_length=16)
+    jobs = models.BigIntegerField()
+    folded = models.BooleanField(default=False, db_default=False)
+
+    class Meta:
+        db_table = "chrono_job_count"
+        indexes = [
+            # The dashboard's read: one tenant's (or all tenants') rows.
+            models.Index(fields=["tenant_id", "status"], name="job_count_tenant_idx"),
+            # The fold's: the keys that changed since it last ran.
+            models.Index(fields=["tenant_id", "status"], name="job_count_unfolded_idx",
+                         condition=models.Q(folded=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.status} {self.jobs:+d}"

@@ -1,8 +1,10 @@
 """The admin's audit page (``/admin/audit/``, staff only): a search box, filters, the matching
 events newest first, and how many there are of each action and outcome.
 
-Staff see every tenant; the ``tenant`` filter (a slug or an id) narrows to one. The page reads the
-engine through the same query code as ``GET /api/v1/audit/`` (:mod:`search.queries`).
+Platform staff see every tenant; the ``tenant`` filter (a slug or an id) narrows to one. Tenant
+staff (:mod:`chronocore.staff`) see one of their own tenants (the first unless ``tenant`` names
+another of theirs; any other tenant is unknown to them). The page reads the engine through the
+same query code as ``GET /api/v1/audit/`` (:mod:`search.queries`).
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import uuid
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from chronocore.config import get_config
-from chronocore.models import Tenant
+from chronocore.staff import StaffScope, scope_of
 from search.api import SearchEngineUnavailable, run_search
 from search.audit import ACTIONS
 from search.index_template import AuditStream
@@ -26,9 +29,12 @@ ADMIN_PARAMETERS = (*PARAMETERS, "tenant")
 
 def audit_admin_view(request: HttpRequest) -> HttpResponse:
     """The page; mounted behind ``admin.site.admin_view`` (staff only) in chronoadmin.urls."""
+    scope = scope_of(request.user)
+    if not scope.sees_anything:
+        raise PermissionDenied("Your user is not a member of any tenant.")
     params = request.GET.copy()
     errors: dict[str, list[str]] = {}
-    tenant_id, tenant_error = _tenant_id(params.pop("tenant", [""])[-1].strip())
+    tenant_id, tenant_error = _tenant_id(params.pop("tenant", [""])[-1].strip(), scope)
     if tenant_error:
         errors["tenant"] = [tenant_error]
     page = None
@@ -68,16 +74,24 @@ def audit_admin_view(request: HttpRequest) -> HttpResponse:
     return render(request, "search/audit.html", context)
 
 
-def _tenant_id(raw: str) -> tuple[str | None, str]:
+def _tenant_id(raw: str, scope: StaffScope) -> tuple[str | None, str]:
+    """The tenant id the page searches (None: every tenant, for platform staff only) and the
+    error to show when ``raw`` names no tenant the user sees."""
+    tenants = scope.tenants()
     if not raw:
-        return None, ""
+        first = None if scope.platform else tenants.first()
+        return (None if first is None else str(first.tenant_id)), ""
     try:
-        return str(uuid.UUID(raw)), ""
+        tenant_id = uuid.UUID(raw)
     except ValueError:
-        tenant = Tenant.objects.filter(slug=raw).first()
-        if tenant is None:
-            return None, f"No tenant with the slug or id '{raw[:64]}'."
-        return str(tenant.tenant_id), ""
+        tenant = tenants.filter(slug=raw).first()
+    else:
+        if scope.platform:
+            return str(tenant_id), ""
+        tenant = tenants.filter(tenant_id=tenant_id).first()
+    if tenant is None:  # the page then searches nothing
+        return None, f"No tenant with the slug or id '{raw[:64]}'."
+    return str(tenant.tenant_id), ""
 
 
 def _row(document: dict) -> dict:

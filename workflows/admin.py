@@ -1,30 +1,57 @@
-"""Admin pages of workflows: definitions with their versions, and runs with every step's state,
-duration and waiting reason, drawn as a graph that updates while the run runs.
+"""Admin pages of workflows: definitions with their versions and their last runs × steps as a
+grid (:mod:`workflows.grid`), and runs with every step's state, duration and waiting reason,
+drawn as a graph that updates while the run runs.
 
 Runs change only through :mod:`workflows.engine` (cancel, retry from failure buttons); nothing
-here edits a run's row or state.
+here edits a run's row or state. Both pages are scoped by tenant
+(:class:`chronocore.staff.TenantScopedAdmin`): tenant staff see their tenant's definitions and
+runs (another tenant's id answers 404, the graph's JSON and the buttons too) and cancel or retry
+with the operator role.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import get_object_or_404
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
+from chronocore.staff import TenantScopedAdmin
 from workflows import engine
+from workflows.grid import DEFAULT_RUNS, MAX_RUNS, run_grid
 from workflows.inspection import run_steps
 from workflows.models import WorkflowDefinitionVersion, WorkflowRun
 
 
 @admin.register(WorkflowDefinitionVersion)
-class WorkflowDefinitionAdmin(admin.ModelAdmin):
+class WorkflowDefinitionAdmin(TenantScopedAdmin):
+    change_form_template = "admin/workflows/workflowdefinitionversion/change_form.html"
     list_display = ("name", "version", "tenant", "created_at", "created_by")
     list_filter = ("tenant",)
     search_fields = ("name",)
     readonly_fields = ("definition_id", "tenant", "name", "version", "spec", "fingerprint",
                        "created_at", "created_by")
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        """The definition, and its last ``?runs=N`` runs (default 25, at most 100) × steps."""
+        raw = request.GET.get("runs", str(DEFAULT_RUNS))
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_RUNS:
+            return HttpResponseBadRequest(
+                f"runs must be a whole number from 1 to {MAX_RUNS}, not {raw[:20]!r}",
+                content_type="text/plain")
+        version = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if version is not None:
+            context["grid"] = run_grid(version, runs=int(raw))
+            context["grid_runs"] = int(raw)
+        return super().change_view(request, object_id, form_url, extra_context=context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # defined through the API or the Python DSL, validated there
@@ -68,7 +95,7 @@ def graph_of(run: WorkflowRun) -> dict:
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(admin.ModelAdmin):
+class WorkflowRunAdmin(TenantScopedAdmin):
     change_form_template = "admin/workflows/workflowrun/change_form.html"
     list_display = ("run_id", "name", "version", "tenant", "status", "created_at",
                     "finished_at")
@@ -94,6 +121,13 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        run = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        context["run_actions"] = run is not None and self.may_act(request, run.tenant_id)
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     def get_urls(self):
         return [
             path("<uuid:run_id>/graph/", self.admin_site.admin_view(self.graph_view),
@@ -105,13 +139,15 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         ]
 
     def graph_view(self, request: HttpRequest, run_id) -> JsonResponse:
-        return JsonResponse(graph_of(get_object_or_404(WorkflowRun, run_id=run_id)))
+        return JsonResponse(graph_of(self.scoped_object_or_404(request, run_id=run_id)))
 
     def action_view(self, request: HttpRequest, run_id, action: str) -> HttpResponse:
-        run = get_object_or_404(WorkflowRun, run_id=run_id)
+        run = self.scoped_object_or_404(request, run_id=run_id)
         change = {"cancel": engine.cancel_run, "retry": engine.retry_run}.get(action)
         if change is None:
             return HttpResponse(status=404)
+        if not self.may_act(request, run.tenant_id):
+            return HttpResponse(status=403)
         try:
             change(run.run_id, tenant=run.tenant_id, by=f"user:{request.user}")
             self.message_user(request, f"{action.capitalize()}: done.", messages.SUCCESS)

@@ -54,8 +54,9 @@ WorkflowRunStatus = models.TextChoices(
 class WorkflowRun(models.Model):
     run_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="workflow_runs")
+    # No index of its own: workflow_run_definition_idx starts with it.
     definition = models.ForeignKey(WorkflowDefinitionVersion, on_delete=models.PROTECT,
-                                   related_name="runs")
+                                   related_name="runs", db_index=False)
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=WorkflowRunStatus.choices)
     input = models.JSONField(null=True, blank=True)
@@ -83,6 +84,9 @@ class WorkflowRun(models.Model):
         indexes = [
             models.Index(fields=["tenant", "created_at"], name="workflow_run_tenant_idx"),
             models.Index(fields=["tenant", "name", "status"], name="workflow_run_name_idx"),
+            # A definition's last runs, newest first (the admin's runs × steps grid).
+            models.Index(fields=["definition", "-created_at"],
+                         name="workflow_run_definition_idx"),
             models.Index(fields=["deadline_at"], name="workflow_run_deadline_idx",
                          condition=models.Q(status="RUNNING", deadline_at__isnull=False)),
             models.Index(fields=["parent_run_id"], name="workflow_run_parent_idx",

@@ -7,6 +7,7 @@ from rest_framework.request import Request
 
 from chronocore.models import Tenant
 from chronocore.rest.authentication import TenantClient
+from chronocore.staff import is_platform_staff
 
 
 def tenant_of(request: Request) -> Tenant | None:
@@ -28,14 +29,12 @@ class IsTenantClient(BasePermission):
 
 
 class IsPlatformAdmin(BasePermission):
-    """Tenants, API keys and workers span tenants: staff users of the admin site only."""
+    """Tenants, API keys and workers span tenants: platform staff of the admin site only
+    (superusers and holders of ``chronocore.platform_staff``; a tenant's staff are not)."""
 
-    message = "Only platform administrators (staff users signed in to /admin/) may use this."
+    message = ("Only platform staff (superusers, or staff users with the "
+               "chronocore.platform_staff permission, signed in to /admin/) may use this.")
 
     def has_permission(self, request: Request, view: object) -> bool:
         user = request.user
-        return (
-            not isinstance(user, TenantClient)
-            and bool(user and user.is_authenticated)
-            and bool(getattr(user, "is_staff", False))
-        )
+        return not isinstance(user, TenantClient) and is_platform_staff(user)

@@ -64,8 +64,16 @@ def browser(tmp_path):
 @pytest.fixture
 def web(platform):
     """A ``chrono web`` process of the test's platform (same database, Redis and queue)."""
+    return start_web(platform)
+
+
+def start_web(platform, **env: object) -> str:
+    """Start a ``chrono web`` process of ``platform`` (``env``: config fields of its own, as
+    ``undelivered_flag_after_ms=1000``); its origin once it answers."""
     port = _free_port()
-    process = platform.group.start("web", ["web", f"127.0.0.1:{port}", "--workers", "1"])
+    extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
+    process = platform.group.start("web", ["web", f"127.0.0.1:{port}", "--workers", "1"],
+                                   env=extra)
     origin = f"http://127.0.0.1:{port}"
 
     def answering() -> bool:
@@ -85,10 +93,11 @@ def operator(transactional_db):
     return User.objects.create_superuser(ADMIN_USER, password=ADMIN_PASSWORD)
 
 
-def log_in(driver, origin: str) -> None:
+def log_in(driver, origin: str, username: str = ADMIN_USER,
+           password: str = ADMIN_PASSWORD) -> None:
     driver.get(f"{origin}/admin/login/")
-    driver.find_element(By.NAME, "username").send_keys(ADMIN_USER)
-    driver.find_element(By.NAME, "password").send_keys(ADMIN_PASSWORD)
+    driver.find_element(By.NAME, "username").send_keys(username)
+    driver.find_element(By.NAME, "password").send_keys(password)
     driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     # The login page has the site header too; only a logged-in page has the user tools (waiting
     # for the header let the next page load race the login's POST, and land on the login page).

@@ -51,11 +51,20 @@ def other_api(other_tenant, redis_client):
     return TenantApi(other_tenant, full_key)
 
 
+def platform_staff_user(username: str):
+    """A staff user holding the platform flag (``chronocore.platform_staff``), not a superuser:
+    sees every tenant in the admin and reaches the staff API."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(username, password="x", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="chronocore",
+                                                     codename="platform_staff"))
+    return User.objects.get(pk=user.pk)  # without the permission cache of the one above
+
+
 @pytest.fixture
 def staff_api(db, redis_client):
-    from django.contrib.auth.models import User
-
-    user = User.objects.create_user("operator", password="x", is_staff=True)
+    user = platform_staff_user("operator")
     client = APIClient()
     client.force_login(user)
     return client

@@ -65,10 +65,10 @@ def keep_the_test_connection():
 
 @pytest.fixture
 def staff_cookies(db):
-    from django.contrib.auth.models import User
+    from tests.integration.conftest import platform_staff_user
 
     client = Client()
-    client.force_login(User.objects.create_user("fuzz", password="x", is_staff=True))
+    client.force_login(platform_staff_user("fuzz"))
     return {"sessionid": client.cookies["sessionid"].value, "csrftoken": CSRF_TOKEN}
 
 

@@ -18,6 +18,7 @@ from scheduler.models import ExecutionStatus
 from scheduler.timers import execution_id_for
 from search import audit
 from tests.integration.audit_support import ship_all
+from tests.integration.conftest import platform_staff_user
 
 pytest_plugins = ["tests.integration.audit_fixtures"]
 pytestmark = pytest.mark.django_db
@@ -232,13 +233,12 @@ def test_the_search_is_in_the_openapi_schema(staff_api):
 
 
 def test_the_admin_page_shows_results_and_counts_by_action_and_outcome(
-    tenant, other_tenant, indexer, django_user_model, client
+    tenant, other_tenant, indexer, client
 ):
     job_id, _ = run_job(tenant, fail=True)
     run_job(other_tenant)
     ship_all(indexer)
-    staff = django_user_model.objects.create_user("ops", password="x", is_staff=True)
-    client.force_login(staff)
+    client.force_login(platform_staff_user("ops"))
 
     page = client.get("/admin/audit/", {"job": job_id})
     assert page.status_code == 200

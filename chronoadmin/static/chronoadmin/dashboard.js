@@ -29,18 +29,19 @@
     }
   }
 
-  function fillTable(id, rows, cells) {
+  function fillTable(id, rows, cells, empty) {
     const body = document.querySelector(`#${id} tbody`);
     body.replaceChildren();
     if (!rows.length) {
       const tr = body.insertRow();
       const td = tr.insertCell();
       td.colSpan = document.querySelectorAll(`#${id} thead th`).length;
-      td.textContent = "nothing in the last hour";
+      td.textContent = empty || "nothing in the last hour";
       return;
     }
     for (const row of rows) {
       const tr = body.insertRow();
+      if (row.queue !== undefined) tr.dataset.queue = row.queue;
       for (const [value, className] of cells(row)) {
         const td = tr.insertCell();
         td.textContent = text(value);
@@ -83,6 +84,26 @@
     }
   }
 
+  // The queues' panel: platform view only (a queue's depth counts every tenant's messages).
+  // RabbitMQ's figures may be stale or unknown (it was slow or down): the panel says why.
+  function drawQueues(panel) {
+    const box = document.getElementById("queues-panel");
+    box.hidden = !panel;
+    if (!panel) return;
+    const state = document.getElementById("queues-state");
+    box.dataset.state = panel.state;
+    state.textContent = panel.state === "ok" ? "" :
+      `${panel.state}${panel.age_s !== null ? ` (${panel.age_s} s old)` : ""}: ${panel.reason}`;
+    state.classList.toggle("stale", panel.state !== "ok");
+    document.getElementById("queues-waiting-after").textContent = panel.waiting_after_s;
+    const unknown = (value) => (value === null ? "unknown" : value);
+    fillTable("queues", panel.queues, (q) => [[q.queue],
+      [q.exists === false ? "no such queue" : unknown(q.messages), "num"],
+      [unknown(q.consumers), q.consumers === 0 && (q.messages || q.waiting) ? "num health-bad" : "num"],
+      [q.waiting, q.waiting ? "num health-bad" : "num"], [q.flagged, q.flagged ? "num health-bad" : "num"]],
+      "no queue");
+  }
+
   function draw(data) {
     const sum = (key) => data.series.reduce((total, p) => total + p[key], 0);
     fillList("jobs-by-status", Object.entries(data.jobs_by_status).sort());
@@ -99,6 +120,10 @@
       [text(t.duration_p95_ms, "ms"), "num"], [text(t.duration_mean_ms, "ms"), "num"]]);
     fillTable("top-failing", data.top_failing, (t) => [[t.task], [t.failed, "num"],
       [`${(100 * t.failure_rate).toFixed(1)} %`, "num"]]);
+    drawQueues(data.queues);
+    // Workers, timers and queues serve every tenant: shown in the all-tenants view only.
+    document.getElementById("platform-card").hidden = Boolean(data.tenant);
+    document.getElementById("workers-panel").hidden = Boolean(data.tenant);
     fillTable("workers", data.workers, (w) => [[w.worker_id], [w.queues], [text(w.heartbeat_age_s, "s"), "num"],
       [w.running, "num"], [w.healthy ? "healthy" : "unhealthy", w.healthy ? "health-ok" : "health-bad"]]);
     statusLine.textContent = `updated ${new Date(data.generated_at).toLocaleTimeString()}` +
