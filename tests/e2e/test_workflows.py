@@ -8,6 +8,8 @@ from collections import Counter
 import pytest
 
 from scheduler.models import Execution
+from search import audit
+from search.models import AuditEvent
 from tests.e2e.tasks import RUNS_KEY
 from tests.e2e.workflow_tasks import STEP_LOG_KEY
 from tests.helpers import wait_for
@@ -56,6 +58,17 @@ def test_a_diamond_runs_each_step_once_and_the_join_after_both(workflow_platform
     runs = workflow_platform.redis.hgetall(RUNS_KEY)
     assert set(map(int, runs.values())) == {1}, "a step body ran twice"
     assert Execution.objects.filter(tenant=tenant).count() == 4
+    # Every step transition and the run's start and end are audit rows (the batch's one
+    # statement writes them with the run's state).
+    events = AuditEvent.objects.filter(tenant_id=tenant.tenant_id,
+                                       data__run_id=str(run.run_id))
+    paths = Counter((e.data["step"], e.data["before"], e.data["after"])
+                    for e in events if e.action == audit.WORKFLOW_STEP_CHANGED)
+    assert paths == {(key, before, after): 1 for key in "abcd"
+                     for before, after in (("PENDING", "READY"), ("READY", "RUNNING"),
+                                           ("RUNNING", "SUCCEEDED"))}
+    run_actions = Counter(e.action for e in events if e.action != audit.WORKFLOW_STEP_CHANGED)
+    assert run_actions == {audit.WORKFLOW_RUN_STARTED: 1, audit.WORKFLOW_RUN_ENDED: 1}
 
 
 PARENT_MIXES = [("s",), ("f",), ("k",), ("u",), ("s", "f"), ("s", "k"), ("s", "u"), ("f", "k"),
