@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
@@ -28,7 +28,7 @@ from chronocore.staff import TenantScopedAdmin, scope_of
 from scheduler import api
 from scheduler.errors import JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
-from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
 from search.api import SearchEngineUnavailable, run_search
 from search.queries import InvalidAuditQuery, parse_audit_query
 
@@ -79,13 +79,40 @@ def _job_action(
                         permissions=["change"])(action)
 
 
+class OriginFilter(admin.SimpleListFilter):
+    """The steps of workflow runs are one-time jobs too (one per attempt, watched by the
+    engine: :class:`~scheduler.models.JobWatch`); the list shows the jobs people and apps
+    scheduled unless asked for the steps. A step's own page stays reachable from its run."""
+
+    title = "origin"
+    parameter_name = "origin"
+    CHOICES = ((None, "Scheduled jobs"), ("steps", "Workflow steps"), ("all", "All"))
+
+    def lookups(self, request: HttpRequest, model_admin) -> tuple:
+        return self.CHOICES[1:]
+
+    def choices(self, changelist):
+        for value, label in self.CHOICES:
+            yield {"selected": self.value() == value, "display": label,
+                   "query_string": changelist.get_query_string(
+                       {self.parameter_name: value} if value else {}, [self.parameter_name])}
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        watched = Exists(JobWatch.objects.filter(job_id=OuterRef("pk")))
+        if self.value() == "all":
+            return queryset
+        if self.value() == "steps":
+            return queryset.filter(watched)
+        return queryset.exclude(watched)
+
+
 @admin.register(Job)
 class JobAdmin(TenantScopedAdmin):
     list_display = (
         "job_type", "name", "tenant", "status", "cron_expression", "timezone", "next_run_at",
         "queue", "created_at",
     )
-    list_filter = ("status", "queue", "tenant")
+    list_filter = (OriginFilter, "status", "queue", "tenant")
     search_fields = ("job_id", "job_type", "name", "idempotency_key")
     date_hierarchy = "created_at"
     list_select_related = ("tenant",)

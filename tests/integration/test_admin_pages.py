@@ -12,7 +12,7 @@ from django.test import Client
 
 from scheduler import api
 from scheduler.fire_times import fire_time_rows
-from scheduler.models import Execution, ExecutionStatus, JobStatus
+from scheduler.models import Execution, ExecutionStatus, JobStatus, JobWatch
 from search import audit
 from search.models import AuditEvent
 
@@ -83,3 +83,24 @@ def test_workers_cannot_be_added_changed_or_deleted_in_the_admin(staff):
     listing = staff.get("/admin/reaper/worker/").content.decode()
     assert "/admin/reaper/worker/add/" not in listing
     assert staff.get("/admin/reaper/worker/add/").status_code == 403
+
+
+def test_the_job_list_leaves_workflow_steps_out_unless_asked(staff, tenant, redis_client):
+    """A step of a workflow run is a watched one-time job: the list shows the jobs people
+    scheduled, ``?origin=steps`` the steps, ``?origin=all`` both."""
+    api.schedule_once("tests.noop", tenant=tenant, delay=timedelta(hours=1),
+                                  name="scheduled-by-hand")
+    step = api.schedule_once("tests.noop", tenant=tenant, delay=timedelta(hours=1),
+                             name="workflow demo 1234abcd extract #1")
+    JobWatch.objects.create(job_id=step.job_id, watcher="workflow")
+
+    def listed(query: str) -> set[str]:
+        page = staff.get(f"/admin/scheduler/job/{query}")
+        assert page.status_code == 200
+        return {name for name in ("scheduled-by-hand", "workflow demo 1234abcd extract #1")
+                if name in page.content.decode()}
+
+    assert listed("") == {"scheduled-by-hand"}
+    assert listed("?origin=steps") == {"workflow demo 1234abcd extract #1"}
+    assert listed("?origin=all") == {"scheduled-by-hand", "workflow demo 1234abcd extract #1"}
+    assert "Workflow steps" in staff.get("/admin/scheduler/job/").content.decode()
