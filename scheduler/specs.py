@@ -420,7 +420,7 @@ PYTHON_ARGUMENTS = {
     "misfire_fire_all_limit": "misfire",
 }
 # How a message about a field begins in the Python API when the argument is not what it counts.
-_PYTHON_LABELS = {"delay_ms": "delay, in milliseconds,"}
+_PYTHON_LABELS = {"delay_ms": "delay, in milliseconds,", "misfire_fire_all_limit": "fire_all_limit"}
 # Messages that begin with a verb about the field ("Is negative …", "Contains a control
 # character …") read after its name; any other is written after "name: ".
 _PREDICATES = ("Is ", "Must ", "Contains ", "Holds ", "Cannot ")
