@@ -497,19 +497,19 @@ def configure(
 def _python_update(job_id: uuid.UUID | str, tenant: TenantRef, changes: dict[str, object],
                    by: str) -> Job:
     try:
-        return update(job_id, tenant=tenant,
-                      changes=specs.parse_update(changes, job_writer.current_limits()), by=by)
+        return update(job_id, tenant=tenant, changes=changes, by=by)
     except SpecInvalid as exc:
         raise specs.python_error(exc) from None
 
 
-def update(job_id: uuid.UUID | str, *, tenant: TenantRef, changes: Mapping[str, object],
-           by: str = "") -> Job:
-    """Change a job, as ``PATCH /api/v1/jobs/{id}/`` does: ``changes`` in the job's field names,
-    as :func:`scheduler.specs.parse_update` returns them (``run_at`` in epoch ms, the execution
-    options as given). The job is locked and checked once, then every rule is checked against
-    it as it will be (:func:`scheduler.specs.plan_change`); what changed is saved at once with
-    one ``job.edited`` audit row, and the timer moves when the transaction commits.
+def update(job_id: uuid.UUID | str, *, tenant: TenantRef, changes: object, by: str = "") -> Job:
+    """Change a job, as ``PATCH /api/v1/jobs/{id}/`` does: ``changes`` in the job's field names
+    (the PATCH body as sent: ``run_at``, ``cron_expression``, ``timezone``, the execution
+    options). The job is locked and checked once (unknown or another tenant's: JobNotFound,
+    before anything is said of the changes), then the changes are checked on their own
+    (:func:`scheduler.specs.parse_update`) and against the job as it will be
+    (:func:`scheduler.specs.plan_change`); what changed is saved at once with one
+    ``job.edited`` audit row, and the timer moves when the transaction commits.
 
     A new schedule or time fires from its next occurrence after now (spread by the job's
     jitter); a new jitter alone moves the pending occurrence within its new spread. Raises
@@ -518,7 +518,8 @@ def update(job_id: uuid.UUID | str, *, tenant: TenantRef, changes: Mapping[str, 
     with transaction.atomic():
         job = _locked_job(job_id, tenant, editable=True)
         job_writer.check_granted(job.tenant_id, job.job_type, job.queue)
-        change = specs.plan_change(job, changes, now_ms=now_ms())
+        limits = job_writer.current_limits()
+        change = specs.plan_change(job, specs.parse_update(changes, limits), now_ms=limits.now_ms)
         changed = _apply_schedule(job, change) + _apply_options(job, change)
         if not changed:
             return job

@@ -34,7 +34,6 @@ from scheduler.specs import (
     ExecutionOptions,
     JobSpec,
     parse_job_spec,
-    parse_update,
     unknown_field_errors,
 )
 
@@ -207,17 +206,12 @@ class JobUpdateSerializer(_ExecutionFieldsSerializer, _CronOptionsSerializer):
     """A change of when a job fires: ``run_at`` (one-time jobs) or ``cron_expression`` and/or
     ``timezone`` (cron jobs); and of its execution options (``overlap_policy`` and
     ``jitter_ms`` for cron jobs only). A ``retry_policy`` is merged into the job's: keys left
-    out keep their value."""
+    out keep their value. Schema only: :func:`scheduler.api.update` checks a change, once the
+    job is found and locked."""
 
     run_at = serializers.DateTimeField(required=False)
     cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH, required=False)
     timezone = serializers.CharField(max_length=64, required=False)
-
-    def to_internal_value(self, data: object) -> dict[str, object]:
-        try:
-            return parse_update(data, current_limits())
-        except SpecInvalid as exc:
-            raise serializers.ValidationError(exc.errors) from None
 
 
 class FireTimeSerializer(serializers.Serializer):

@@ -150,12 +150,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobDetailSerializer})
     def partial_update(self, request: Request, job_id: str) -> Response:
-        """Change when the job fires and how its occurrences run: every rule, the lock and the
-        write are :func:`scheduler.api.update`'s (an ended job answers 409, a job whose grant
-        was removed 403)."""
-        serializer = JobUpdateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        job = scheduler_api.update(job_id, tenant=self.tenant, changes=serializer.validated_data)
+        """Change when the job fires and how its occurrences run: the lock, every rule and the
+        write are :func:`scheduler.api.update`'s (an unknown job answers 404 whatever the body,
+        an ended one 409, one whose grant was removed 403, a body that breaks a rule 400)."""
+        job = scheduler_api.update(job_id, tenant=self.tenant, changes=request.data)
         return Response(JobDetailSerializer(job).data)
 
     @extend_schema(responses={204: None})
