@@ -49,6 +49,8 @@ def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None =
     valid: list[int] = []
     specs: list[JobSpec] = []
     errors = result.errors
+    # The grant of each task and queue, looked up once per request (most items share theirs).
+    refusals: dict[tuple[str, str], str | None] = {}
     for index, item in enumerate(items):
         if isinstance(item, MalformedLine):
             errors.append({"index": index, "field": NON_FIELD, "message": item.message})
@@ -60,9 +62,13 @@ def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None =
                 for message in messages:
                     errors.append({"index": index, "field": field_name, "message": message})
             continue
-        if tenant_id is not None and (refused := job_writer.grant_refusal(tenant_id, spec)):
-            errors.append({"index": index, "field": "job_type", "message": refused})
-            continue
+        if tenant_id is not None:
+            pair = (spec.job_type, spec.queue)
+            if pair not in refusals:
+                refusals[pair] = job_writer.grant_refusal(tenant_id, spec)
+            if refused := refusals[pair]:
+                errors.append({"index": index, "field": "job_type", "message": refused})
+                continue
         valid.append(index)
         specs.append(spec)
     return result, valid, specs
