@@ -114,7 +114,8 @@ def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncRes
     """Create the job of ``spec`` for ``tenant``, or bring the existing one in line with it.
     Raises :class:`InvalidJob` (or :class:`~scheduler.errors.InvalidSchedule`) saying what to
     change, among them when the job was cancelled."""
-    desired = spec.job_fields()
+    job_spec = spec.job_spec()
+    desired = job_writer.row_fields(job_spec)
     with transaction.atomic():
         job = (
             Job.objects.for_tenant(tenant)
@@ -123,7 +124,7 @@ def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncRes
             .first()
         )
         if job is None:
-            job = job_writer.create(tenant.tenant_id, spec.job_spec(),
+            job = job_writer.create(tenant.tenant_id, job_spec,
                                     idempotency_key=spec.idempotency_key, by=by)
             return SyncResult(SyncOutcome.CREATED, job)
         if job.status == JobStatus.CANCELLED:
