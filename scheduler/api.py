@@ -1,42 +1,49 @@
-"""The Python API for applications: schedule one-time and cron jobs, cancel them.
+"""The Python API for applications: schedule one-time and cron jobs, change and cancel them.
 
-Every call is scoped to one tenant. A job is written to PostgreSQL and its timer reaches Redis when
-the transaction commits (never before: a rolled-back job leaves no timer behind). Idempotency keys
-are per tenant: scheduling twice with one key returns the first job and creates nothing.
+Every call is scoped to one tenant. A job's arguments are turned into a job spec and checked by
+the one validator of every way in (:mod:`scheduler.specs`, the REST API's too: what one refuses
+the other refuses), then written by the one job writer (:mod:`scheduler.job_writer`): its row and
+audit row in PostgreSQL, its timer in Redis when the transaction commits (never before: a
+rolled-back job leaves no timer behind). Idempotency keys are per tenant: scheduling twice with
+one key returns the first job and creates nothing. A change (:func:`update`, which
+:func:`reschedule`, :func:`configure` and the REST API's PATCH go through) locks the job once and
+checks it against the same rules.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
+import warnings
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from functools import cache
 from types import SimpleNamespace
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone as dj_timezone
 
-from chronocore import grants
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from chronocore.redis_client import redis_client
+from scheduler import job_writer, specs
 from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
-from scheduler.cron import CronSchedule, parse_cron, validate_timezone
+from scheduler.cron import parse_cron
 from scheduler.errors import (
     ExecutionNotRetryable,
     InvalidJob,
+    JobEnded,
     JobNotFound,
-    PayloadTooLarge,
-    TaskNotGranted,
+    SpecInvalid,
 )
 from scheduler.executions import cancel_pending_executions
-from scheduler.inputs import control_character_problem, encode_payload
+from scheduler.job_writer import add_timer_on_commit as _add_timer_on_commit
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,
-    jitter_room_ms,
     jittered_ms,
     jittered_occurrence_ms,
     plan_occurrences,
@@ -65,129 +72,44 @@ def _tenant_id(tenant: TenantRef) -> uuid.UUID:
         raise InvalidJob(f"tenant {tenant!r} is not a tenant id", field="tenant") from None
 
 
-def _check_text(**arguments: object) -> None:
-    """Refuse a text argument holding a control character (InvalidJob naming the argument),
-    as the REST API refuses such a field."""
-    for name, value in arguments.items():
-        if isinstance(value, str) and (problem := control_character_problem(value)):
-            raise InvalidJob(f"{name} {problem[0].lower()}{problem[1:]}", field=name)
-
-
-def _json_payload(args: object, kwargs: object) -> tuple[list, dict]:
-    """``args`` and ``kwargs`` as the jobs table will hold them (JSON: tuples become lists, keys
-    strings), checked as the REST API checks them (:func:`scheduler.inputs.encode_payload`).
-    Raises InvalidJob naming ``args`` or ``kwargs``, PayloadTooLarge over the limit."""
-    values = []
-    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
-        try:
-            values.append(json.loads(json.dumps(kind(value), allow_nan=False)))
-        except (TypeError, ValueError) as exc:
-            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
-    payload = encode_payload(*values, max_bytes=get_config().max_payload_bytes)
-    if payload.too_large:  # its message comes last
-        raise PayloadTooLarge(payload.errors["args"][-1], field="args")
-    for name, messages in payload.errors.items():
-        raise InvalidJob(messages[0], field=name)
-    return values[0], values[1]
-
-
-def check_granted(tenant_id: uuid.UUID | str, task_name: str, queue: str) -> None:
-    """Raise :class:`TaskNotGranted` unless the tenant was granted ``task_name`` on ``queue``."""
-    if message := grants.refusal(tenant_id, task_name, queue):
-        raise TaskNotGranted(message, task_name=task_name, queue=queue)
-
-
-def _one_time_fire_ms(delay: timedelta | float | None, at: datetime | None) -> int:
-    if (delay is None) == (at is None):
-        raise InvalidJob("give exactly one of delay= or at=", field="delay")
-    if at is not None:
-        if dj_timezone.is_naive(at):
-            raise InvalidJob(
-                "at= is a naive datetime; pass an aware one (e.g. with tzinfo=UTC)", field="at"
-            )
-        return datetime_to_ms(at)
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    if seconds < 0:
-        raise InvalidJob(f"delay= is negative ({seconds} s); use 0 or more", field="delay")
-    return now_ms() + round(seconds * 1000)
-
-
-def _create(tenant: TenantRef, idempotency_key: str | None, by: str = "", **fields: object) -> Job:
-    tenant_id = _tenant_id(tenant)
-    _check_text(task_name=fields["job_type"], name=fields["name"], queue=fields["queue"],
-                idempotency_key=idempotency_key)
-    if not Tenant.objects.filter(tenant_id=tenant_id, is_active=True).exists():
-        raise InvalidJob(f"tenant {tenant_id} does not exist or is disabled", field="tenant")
-    check_granted(tenant_id, fields["job_type"], fields["queue"])
-    fields["args"], fields["kwargs"] = _json_payload(fields.get("args") or [],
-                                                     fields.get("kwargs") or {})
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                job = Job.objects.create(
-                    tenant_id=tenant_id, idempotency_key=idempotency_key, **fields
-                )
-        except IntegrityError:
-            if idempotency_key is None:
-                raise
-            return Job.objects.get(tenant_id=tenant_id, idempotency_key=idempotency_key)
-        audit.record(audit.JOB_CREATED, tenant_id=tenant_id, job_id=job.job_id, actor=by,
-                     data=audit.job_data(job))
-        _add_timer_on_commit(job)
-    return job
-
-
-def _add_timer_on_commit(job: Job) -> None:
-    if job.status != JobStatus.ACTIVE or job.next_run_at is None:
-        return
-    timer = (str(job.job_id), datetime_to_ms(job.next_run_at))
-    announce_before = now_ms() + get_config().lookahead_ms * 2
-    transaction.on_commit(
-        lambda: timer_store().add([timer], announce_before_ms=announce_before)
-    )
-
-
 def schedule_once(
     task_name: str,
     *,
     tenant: TenantRef,
     args: list | tuple = (),
-    kwargs: dict | None = None,
+    kwargs: Mapping | None = None,
     delay: timedelta | float | None = None,
     at: datetime | None = None,
     queue: str | None = None,
     name: str = "",
     idempotency_key: str | None = None,
-    max_retries: int = 0,
+    max_retries: int | None = None,
     retry: RetryPolicy | None = None,
     soft_timeout_ms: int | None = None,
     hard_timeout_ms: int | None = None,
-    misfire: MisfireRule | None = None,
+    misfire: MisfireRule | MisfirePolicy | str | None = None,
     by: str = "",
 ) -> Job:
-    """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` a time.
+    """Run ``task_name`` once, ``delay`` (seconds or timedelta) from now or ``at`` an aware
+    datetime (at most the REST API's ``run_at`` grace in the past).
 
-    ``retry`` is the backoff between attempts (its ``max_attempts``, when given, wins over
-    ``max_retries``); the timeouts are enforced by the worker (soft: ``SoftTimeLimitExceeded``
-    in the task; hard: the process is killed and the attempt is lost, then retried).
-    ``misfire`` decides whether the job still runs when it is dispatched more than the beat's
-    misfire grace late (``skip``: it does not; default: it runs once)."""
-    fire_ms = _one_time_fire_ms(delay, at)
-    misfire = misfire or MisfireRule()
-    return _create(
-        tenant,
-        idempotency_key,
-        by,
-        job_type=task_name,
-        name=name,
-        args=args,
-        kwargs=kwargs,
-        queue=queue or get_config().default_queue,
-        next_run_at=ms_to_datetime(fire_ms),
-        misfire_policy=misfire.policy.value,
-        misfire_fire_all_limit=misfire.fire_all_limit,
-        **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms),
-    )
+    ``retry`` is the backoff between attempts, and its ``max_attempts`` how many there are
+    (``max_retries``, its old spelling ``max_attempts`` − 1, is deprecated: both given must
+    agree); the timeouts are enforced by the worker (soft: ``SoftTimeLimitExceeded`` in the
+    task; hard: the process is killed and the attempt is lost, then retried). ``misfire``
+    decides whether the job still runs when it is dispatched more than the beat's misfire grace
+    late (``skip``: it does not; default: it runs once). Every argument is held to the rules of
+    the REST API (:mod:`scheduler.specs`): a spec one refuses, the other refuses, with
+    :class:`InvalidJob` naming the argument (PayloadTooLarge for the payload limit)."""
+    tenant_id = _tenant_id(tenant)
+    item = {"job_type": task_name, "name": name, **_payload(args, kwargs),
+            **_when(delay, at), **_execution_options(max_retries, retry, soft_timeout_ms,
+                                                    hard_timeout_ms, misfire)}
+    if queue is not None:
+        item["queue"] = queue
+    spec = _checked(item)
+    _check_idempotency_key(idempotency_key)
+    return job_writer.create(tenant_id, spec, idempotency_key=idempotency_key, by=by)
 
 
 def schedule_cron(
@@ -197,12 +119,12 @@ def schedule_cron(
     cron: str,
     timezone: str = "UTC",
     args: list | tuple = (),
-    kwargs: dict | None = None,
+    kwargs: Mapping | None = None,
     queue: str | None = None,
     name: str = "",
     idempotency_key: str | None = None,
-    max_retries: int = 0,
-    misfire: MisfireRule | None = None,
+    max_retries: int | None = None,
+    misfire: MisfireRule | MisfirePolicy | str | None = None,
     jitter_ms: int = 0,
     overlap: OverlapPolicy | str = OverlapPolicy.SKIP,
     retry: RetryPolicy | None = None,
@@ -215,85 +137,97 @@ def schedule_cron(
     ``misfire`` says what happens to occurrences missed while nothing dispatched (default: the
     latest missed one fires once); ``jitter_ms`` spreads each occurrence over ``[0, jitter_ms)``
     deterministically, for top-of-the-hour herds. It must stay below the schedule's period.
+    The other arguments are :func:`schedule_once`'s; a bad cron expression or time zone raises
+    :class:`~scheduler.errors.InvalidSchedule` naming what to change.
     """
-    _check_text(cron=cron, timezone=timezone)
-    validate_timezone(timezone)
-    schedule = parse_cron(cron, timezone)
-    misfire = misfire or MisfireRule()
-    check_jitter(jitter_ms, schedule)
-    first_ms = schedule.next_fire_ms(now_ms())
-    job_id = uuid.uuid4()
-    return _create(
-        tenant,
-        idempotency_key,
-        by,
-        job_type=task_name,
-        name=name,
-        args=args,
-        kwargs=kwargs,
-        queue=queue or get_config().default_queue,
-        job_id=job_id,
-        cron_expression=schedule.expression,
-        timezone=timezone,
-        misfire_policy=misfire.policy.value,
-        misfire_fire_all_limit=misfire.fire_all_limit,
-        jitter_ms=jitter_ms,
-        overlap_policy=_overlap(overlap),
-        next_run_at=ms_to_datetime(jittered_ms(str(job_id), first_ms, jitter_ms)),
-        **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms),
-    )
+    tenant_id = _tenant_id(tenant)
+    item = {"job_type": task_name, "name": name, "cron_expression": cron, "timezone": timezone,
+            **_payload(args, kwargs), "jitter_ms": jitter_ms, "overlap_policy": overlap,
+            **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms, misfire)}
+    if queue is not None:
+        item["queue"] = queue
+    spec = _checked(item)
+    _check_idempotency_key(idempotency_key)
+    return job_writer.create(tenant_id, spec, idempotency_key=idempotency_key, by=by)
+
+
+def _checked(item: dict[str, object]) -> specs.JobSpec:
+    """The spec of ``item`` by every rule (:func:`scheduler.specs.checked_spec`), its first
+    problem raised as the Python API's error."""
+    try:
+        return specs.checked_spec(item, job_writer.current_limits())
+    except SpecInvalid as exc:
+        raise specs.python_error(exc) from None
+
+
+def _check_idempotency_key(key: object) -> None:
+    if problem := specs.idempotency_key_problem(key):
+        raise InvalidJob(specs.python_message("idempotency_key", problem),
+                         field="idempotency_key")
+
+
+# The Python API's arguments as a job spec. Conversion, not rules: a timedelta or seconds to
+# milliseconds, tuples to lists, policies to their fields. The rules are scheduler.specs'.
+
+
+def _payload(args: object, kwargs: object) -> dict[str, object]:
+    """``args`` and ``kwargs`` as the JSON values the jobs table will hold (tuples become lists,
+    keys strings). Raises InvalidJob naming ``args`` or ``kwargs`` when they are not JSON."""
+    args = () if args is None else args
+    if not isinstance(args, list | tuple):
+        raise InvalidJob(f"args must be a list or a tuple, got {type(args).__name__}",
+                         field="args")
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping):
+        raise InvalidJob(f"kwargs must be a dict, got {type(kwargs).__name__}", field="kwargs")
+    values = {}
+    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
+        try:
+            values[name] = json.loads(json.dumps(kind(value), allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
+    return values
+
+
+def _when(delay: timedelta | float | None, at: datetime | None) -> dict[str, object]:
+    """``delay`` (seconds or a timedelta) as ``delay_ms``, or ``at`` as ``run_at``."""
+    if (delay is None) == (at is None):
+        raise InvalidJob("give exactly one of delay= or at=", field="delay")
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise InvalidJob(f"at= takes an aware datetime, got {type(at).__name__}",
+                             field="at")
+        return {"run_at": at}
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidJob(f"delay= takes seconds or a timedelta, got {type(delay).__name__}",
+                         field="delay")
+    if not math.isfinite(seconds):
+        raise InvalidJob(f"delay= is {seconds}; give a number of seconds", field="delay")
+    return {"delay_ms": round(seconds * 1000)}
 
 
 def _execution_options(
-    max_retries: int,
+    max_retries: int | None,
     retry: RetryPolicy | None,
     soft_timeout_ms: int | None,
     hard_timeout_ms: int | None,
+    misfire: MisfireRule | MisfirePolicy | str | None,
 ) -> dict[str, object]:
-    if max_retries < 0:
-        raise InvalidJob(f"max_retries is negative ({max_retries}); use 0 or more",
-                         field="max_retries")
-    for exception_name in retry.non_retryable if retry is not None else ():
-        try:
-            _check_text(non_retryable=exception_name)
-        except InvalidJob as exc:
-            raise InvalidJob(exc.message, field="retry") from None
-    _check_timeouts(soft_timeout_ms, hard_timeout_ms)
-    policy = retry.to_json() if retry is not None else {}
+    item: dict[str, object] = {}
+    if max_retries is not None:
+        warnings.warn("max_retries= is deprecated: pass retry=RetryPolicy(max_attempts="
+                      "max_retries + 1)", DeprecationWarning, stacklevel=3)
+        item["max_retries"] = max_retries
     if retry is not None:
-        max_retries = retry.max_attempts - 1
-    return {"max_retries": max_retries, "retry_policy": policy,
-            "soft_timeout_ms": soft_timeout_ms, "hard_timeout_ms": hard_timeout_ms}
-
-
-def _check_timeouts(soft_timeout_ms: int | None, hard_timeout_ms: int | None) -> None:
-    for name, value in (("soft_timeout_ms", soft_timeout_ms), ("hard_timeout_ms", hard_timeout_ms)):
-        if value is not None and value < 1:
-            raise InvalidJob(f"{name} must be a positive number of ms, got {value}", field=name)
-    if soft_timeout_ms and hard_timeout_ms and soft_timeout_ms >= hard_timeout_ms:
-        raise InvalidJob("soft_timeout_ms must be below hard_timeout_ms, so the task is warned "
-                         "before it is killed", field="soft_timeout_ms")
-
-
-def _overlap(value: OverlapPolicy | str) -> str:
-    try:
-        return OverlapPolicy(value).value
-    except ValueError:
-        choices = ", ".join(p.value for p in OverlapPolicy)
-        raise InvalidJob(f"overlap {value!r} is not one of {choices}", field="overlap") from None
-
-
-def check_jitter(jitter_ms: int, schedule: CronSchedule) -> None:
-    """Refuse a jitter that is negative or not below the gap between the schedule's coming
-    occurrences (:func:`scheduler.misfire.jitter_room_ms`, the rule of the REST API too)."""
-    if jitter_ms < 0:
-        raise InvalidJob(f"jitter_ms is negative ({jitter_ms}); use 0 or more", field="jitter_ms")
-    if jitter_ms and jitter_ms >= (room_ms := jitter_room_ms(schedule, now_ms())):
-        raise InvalidJob(
-            f"jitter_ms {jitter_ms} is not below the schedule's period ({room_ms} ms between "
-            "its coming occurrences); a smaller spread keeps occurrences in order",
-            field="jitter_ms",
-        )
+        item["retry_policy"] = specs.retry_fields(retry)
+    for key, value in (("soft_timeout_ms", soft_timeout_ms),
+                       ("hard_timeout_ms", hard_timeout_ms)):
+        if value is not None:
+            item[key] = value
+    if misfire is not None:
+        item |= specs.misfire_fields(misfire)
+    return item
 
 
 def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
@@ -391,42 +325,36 @@ def schedule_once_many(
     tenant: TenantRef,
     fire_times: list[datetime],
     args: list | tuple = (),
-    kwargs: dict | None = None,
+    kwargs: Mapping | None = None,
     queue: str | None = None,
     name: str = "",
     by: str = "",
 ) -> list[Job]:
-    """Schedule one one-time job per fire time in one transaction and one Redis round trip."""
+    """Schedule one one-time job per fire time (aware datetimes) in one transaction, by the
+    bulk path's COPY (:func:`scheduler.job_writer.copy`), and their timers in pipelined
+    batches. Each fire time is held to the rules of ``at=``."""
     tenant_id = _tenant_id(tenant)
-    _check_text(task_name=task_name, name=name, queue=queue)
-    queue = queue or get_config().default_queue
-    check_granted(tenant_id, task_name, queue)
-    args, kwargs = _json_payload(args, kwargs or {})
-    for at in fire_times:
-        if dj_timezone.is_naive(at):
-            raise InvalidJob("fire_times holds a naive datetime; pass aware ones", field="at")
-    jobs = [
-        Job(
-            tenant_id=tenant_id,
-            job_type=task_name,
-            name=name,
-            args=args,
-            kwargs=kwargs,
-            queue=queue,
-            next_run_at=ms_to_datetime(datetime_to_ms(at)),
-        )
-        for at in fire_times
-    ]
-    timers = [(str(job.job_id), datetime_to_ms(job.next_run_at)) for job in jobs]
-    announce_before = now_ms() + get_config().lookahead_ms * 2
-    with transaction.atomic():
-        Job.objects.bulk_create(jobs, batch_size=2_000)
-        audit.record_jobs(audit.JOB_CREATED, tenant_id=tenant_id, job_ids=[j.job_id for j in jobs],
-                          actor=by, data={"job_type": task_name, "name": name})
-        transaction.on_commit(
-            lambda: timer_store().add(timers, announce_before_ms=announce_before)
-        )
-    return jobs
+    limits = job_writer.current_limits()
+    item = {"job_type": task_name, "name": name, **_payload(args, kwargs), "delay_ms": 0}
+    if queue is not None:
+        item["queue"] = queue
+    try:
+        template = specs.checked_spec(item, limits)
+        jobs = [specs.with_fire_at(template, specs.fire_at_ms(at, limits)) for at in fire_times]
+    except SpecInvalid as exc:
+        raise specs.python_error(exc) from None
+    job_ids = job_writer.copy(tenant_id, jobs, by=by, audit_data={"name": name})
+    return [_copied_job(tenant_id, job_id, spec) for job_id, spec in zip(job_ids, jobs,
+                                                                           strict=True)]
+
+
+def _copied_job(tenant_id: uuid.UUID, job_id: str, spec: specs.JobSpec) -> Job:
+    """The Job a COPY wrote, as the row reads (but ``created_at``/``updated_at``, the
+    database's)."""
+    job = Job(job_id=uuid.UUID(job_id), tenant_id=tenant_id,
+              next_run_at=ms_to_datetime(spec.fire_at_ms), **job_writer.row_fields(spec))
+    job._state.adding, job._state.db = False, "default"
+    return job
 
 
 def _transition(
@@ -527,42 +455,11 @@ def reschedule(
     by: str = "",
 ) -> Job:
     """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
-    time. The running beat picks the change up through the timer (no restart)."""
-    _check_text(cron=cron, timezone=timezone)
-    with transaction.atomic():
-        job = _locked_job(job_id, tenant, editable=True)
-        check_granted(job.tenant_id, job.job_type, job.queue)
-        if job.cron_expression:
-            if at is not None:
-                raise InvalidJob("at= is for one-time jobs; pass cron= or timezone=", field="at")
-            tz = timezone or job.timezone
-            validate_timezone(tz)
-            schedule = parse_cron(cron or job.cron_expression, tz)
-            job.cron_expression, job.timezone = schedule.expression, tz
-            fire_ms = jittered_ms(str(job.job_id), schedule.next_fire_ms(now_ms()), job.jitter_ms)
-        else:
-            if cron is not None or timezone is not None:
-                raise InvalidJob("cron= and timezone= are for cron jobs; pass at=", field="cron")
-            fire_ms = _one_time_fire_ms(None, at)
-        job.next_run_at = ms_to_datetime(fire_ms)
-        job.save(update_fields=["cron_expression", "timezone", "next_run_at", "updated_at"])
-        audit.record(audit.JOB_EDITED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by,
-                     data=audit.job_data(job))
-        if job.status == JobStatus.ACTIVE:
-            _add_timer_on_commit(job)
-    return job
-
-
-def _locked_job(job_id: uuid.UUID | str, tenant: TenantRef, *, editable: bool = False) -> Job:
-    """The tenant's job, locked for the caller's transaction; JobNotFound for another tenant's
-    or no job, InvalidJob when ``editable`` and the job has ended."""
-    job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
-        job_id=job_id).first()
-    if job is None:
-        raise JobNotFound(f"no job {job_id} for this tenant")
-    if editable and job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
-        raise InvalidJob(f"job is {job.status}; create a new job instead", field="status")
-    return job
+    time (an aware datetime). The running beat picks the change up through the timer (no
+    restart). The rules are :func:`update`'s."""
+    changes = {key: value for key, value in (("cron_expression", cron), ("timezone", timezone),
+                                              ("run_at", at)) if value is not None}
+    return _python_update(job_id, tenant, changes, by)
 
 
 def configure(
@@ -572,39 +469,60 @@ def configure(
     retry: RetryPolicy | None = None,
     timeouts_ms: tuple[int | None, int | None] | None = None,
     overlap: OverlapPolicy | str | None = None,
-    misfire: MisfireRule | None = None,
+    misfire: MisfireRule | MisfirePolicy | str | None = None,
     jitter_ms: int | None = None,
     by: str = "",
 ) -> Job:
     """Change how a job's occurrences run; None leaves a setting as it is. ``retry`` replaces
-    the policy (``max_retries`` follows its ``max_attempts``); ``timeouts_ms`` is ``(soft,
-    hard)``, None in it meaning no limit. ``overlap`` and ``jitter_ms`` are for cron jobs; a
-    new jitter moves the pending occurrence within its new spread.
+    the policy; ``timeouts_ms`` is ``(soft, hard)``, None in it meaning no limit. ``overlap``
+    and ``jitter_ms`` are for cron jobs; a new jitter moves the pending occurrence within its
+    new spread. The rules are :func:`update`'s.
 
     Occurrences published from now on carry the new settings (the beat reads them from the job
     row when it publishes; attempts already published keep theirs)."""
+    changes: dict[str, object] = {}
+    if retry is not None:
+        changes["retry_policy"] = specs.retry_fields(retry)
+    if timeouts_ms is not None:
+        changes["soft_timeout_ms"], changes["hard_timeout_ms"] = timeouts_ms
+    if overlap is not None:
+        changes["overlap_policy"] = overlap
+    if misfire is not None:
+        changes |= specs.misfire_fields(misfire)
+    if jitter_ms is not None:
+        changes["jitter_ms"] = jitter_ms
+    return _python_update(job_id, tenant, changes, by)
+
+
+def _python_update(job_id: uuid.UUID | str, tenant: TenantRef, changes: dict[str, object],
+                   by: str) -> Job:
+    try:
+        return update(job_id, tenant=tenant, changes=changes, by=by)
+    except SpecInvalid as exc:
+        raise specs.python_error(exc) from None
+
+
+def update(job_id: uuid.UUID | str, *, tenant: TenantRef, changes: object, by: str = "") -> Job:
+    """Change a job, as ``PATCH /api/v1/jobs/{id}/`` does: ``changes`` in the job's field names
+    (the PATCH body as sent: ``run_at``, ``cron_expression``, ``timezone``, the execution
+    options). The job is locked and checked once (unknown or another tenant's: JobNotFound,
+    before anything is said of the changes), then the changes are checked on their own
+    (:func:`scheduler.specs.parse_update`) and against the job as it will be
+    (:func:`scheduler.specs.plan_change`); what changed is saved at once with one
+    ``job.edited`` audit row, and the timer moves when the transaction commits.
+
+    A new schedule or time fires from its next occurrence after now (spread by the job's
+    jitter); a new jitter alone moves the pending occurrence within its new spread. Raises
+    :class:`JobNotFound`, :class:`JobEnded` (COMPLETED or CANCELLED), TaskNotGranted (the
+    job's grant was removed) and :class:`SpecInvalid` (its ``errors`` per field)."""
     with transaction.atomic():
         job = _locked_job(job_id, tenant, editable=True)
-        check_granted(job.tenant_id, job.job_type, job.queue)
-        changed: list[str] = []
-        if retry is not None:
-            job.retry_policy, job.max_retries = retry.to_json(), retry.max_attempts - 1
-            changed += ["retry_policy", "max_retries"]
-        if timeouts_ms is not None:
-            _check_timeouts(*timeouts_ms)
-            job.soft_timeout_ms, job.hard_timeout_ms = timeouts_ms
-            changed += ["soft_timeout_ms", "hard_timeout_ms"]
-        if misfire is not None:
-            job.misfire_policy = misfire.policy.value
-            job.misfire_fire_all_limit = misfire.fire_all_limit
-            changed += ["misfire_policy", "misfire_fire_all_limit"]
-        if overlap is not None:
-            _cron_only(job, "overlap")
-            job.overlap_policy = _overlap(overlap)
-            changed.append("overlap_policy")
-        if jitter_ms is not None and jitter_ms != job.jitter_ms:
-            _cron_only(job, "jitter_ms")
-            changed += _rejitter(job, jitter_ms)
+        job_writer.check_granted(job.tenant_id, job.job_type, job.queue)
+        limits = job_writer.current_limits()
+        change = specs.plan_change(job, specs.parse_update(changes, limits), now_ms=limits.now_ms)
+        changed = _apply_schedule(job, change) + _apply_options(job, change)
+        if not changed:
+            return job
         job.save(update_fields=[*changed, "updated_at"])
         audit.record(audit.JOB_EDITED, tenant_id=job.tenant_id, job_id=job.job_id, actor=by,
                      data=audit.job_data(job))
@@ -613,16 +531,64 @@ def configure(
     return job
 
 
-def _cron_only(job: Job, name: str) -> None:
-    if not job.cron_expression:
-        raise InvalidJob(f"{name} is for cron jobs; this job runs once", field=name)
+def _apply_schedule(job: Job, change: specs.JobChange) -> list[str]:
+    """Set a new schedule or time; returns the fields changed."""
+    if change.schedule is not None:
+        job.cron_expression, job.timezone = change.schedule.expression, change.schedule.timezone
+        first_ms = change.schedule.next_fire_ms(now_ms())
+        job.jitter_ms = change.options.jitter_ms
+        job.next_run_at = ms_to_datetime(jittered_ms(str(job.job_id), first_ms, job.jitter_ms))
+        return ["cron_expression", "timezone", "next_run_at"]
+    if change.fire_at_ms is not None:
+        job.next_run_at = ms_to_datetime(change.fire_at_ms)
+        return ["next_run_at"]
+    return []
+
+
+def _apply_options(job: Job, change: specs.JobChange) -> list[str]:
+    """Set the options that differ from the job's; returns the fields changed."""
+    base, options = change.base, change.options
+    changed: list[str] = []
+    if (options.retry, options.max_attempts) != (base.retry, base.max_attempts):
+        job.retry_policy, job.max_retries = options.retry_policy_row, options.max_retries
+        changed += ["retry_policy", "max_retries"]
+    if (options.soft_timeout_ms, options.hard_timeout_ms) != (base.soft_timeout_ms,
+                                                               base.hard_timeout_ms):
+        job.soft_timeout_ms, job.hard_timeout_ms = options.soft_timeout_ms, options.hard_timeout_ms
+        changed += ["soft_timeout_ms", "hard_timeout_ms"]
+    if options.misfire_rule != base.misfire_rule:
+        job.misfire_policy = options.misfire_policy
+        job.misfire_fire_all_limit = options.misfire_fire_all_limit
+        changed += ["misfire_policy", "misfire_fire_all_limit"]
+    if options.overlap_policy != base.overlap_policy:
+        job.overlap_policy = options.overlap_policy
+        changed.append("overlap_policy")
+    if options.jitter_ms != base.jitter_ms:
+        changed += ["jitter_ms"] if change.schedule is not None else _rejitter(job,
+                                                                               options.jitter_ms)
+    return changed
+
+
+def _locked_job(job_id: uuid.UUID | str, tenant: TenantRef, *, editable: bool = False) -> Job:
+    """The tenant's job, locked for the caller's transaction; JobNotFound for another tenant's,
+    no job or an id that is not one; JobEnded when ``editable`` and the job has ended."""
+    try:
+        job_uuid = uuid.UUID(str(job_id))
+    except ValueError:
+        raise JobNotFound(f"no job {job_id} for this tenant") from None
+    job = Job.objects.for_tenant(_tenant_id(tenant)).select_for_update().filter(
+        job_id=job_uuid).first()
+    if job is None:
+        raise JobNotFound(f"no job {job_id} for this tenant")
+    if editable and job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
+        raise JobEnded(f"The job is {job.status}; create a new job instead.", field="status")
+    return job
 
 
 def _rejitter(job: Job, jitter_ms: int) -> list[str]:
     """Set a cron job's jitter; an ACTIVE job's pending occurrence moves within its new spread
     (a paused one gets its jitter when resumed). Returns the fields changed."""
     schedule = parse_cron(job.cron_expression, job.timezone)
-    check_jitter(jitter_ms, schedule)
     old_jitter, job.jitter_ms = job.jitter_ms, jitter_ms
     if job.status != JobStatus.ACTIVE or job.next_run_at is None:
         return ["jitter_ms"]

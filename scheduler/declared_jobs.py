@@ -1,7 +1,7 @@
 """Cron jobs declared in code, by ``@chrono_job`` or by a Celery ``beat_schedule``, kept in step
 with the jobs table: one Chrono job per declaration, found again by its idempotency key.
 
-Syncing a declaration creates its job the first time (:func:`scheduler.api.schedule_cron`), leaves
+Syncing a declaration creates its job the first time (:func:`scheduler.job_writer.create`), leaves
 it alone when nothing changed, and otherwise updates it in place and re-times it
 (:func:`scheduler.api.reschedule`, which also writes the ``job.edited`` audit row and re-adds the
 timer). So running ``chrono sync-jobs`` or ``chrono import-beat`` after every deploy is safe: a
@@ -21,11 +21,9 @@ from enum import StrEnum
 
 from django.db import transaction
 
-from chronocore.config import get_config
 from chronocore.models import Tenant
-from scheduler import api
-from scheduler.cron import parse_cron, validate_timezone
-from scheduler.errors import InvalidJob
+from scheduler import api, job_writer, specs
+from scheduler.errors import InvalidJob, SpecInvalid
 from scheduler.misfire import MisfireRule
 from scheduler.models import Job, JobStatus
 from scheduler.retry import RetryPolicy
@@ -57,8 +55,9 @@ class SyncOutcome(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class CronJobSpec:
-    """A cron job as code declares it. Validated at construction (cron, time zone, jitter,
-    JSON-serialisable arguments), so a bad declaration fails where it is written."""
+    """A cron job as code declares it. Validated at construction by the rules of every way in
+    (:mod:`scheduler.specs`: cron, time zone, jitter, task and queue names, arguments, policies),
+    so a bad declaration fails where it is written."""
 
     idempotency_key: str
     task_name: str
@@ -74,28 +73,32 @@ class CronJobSpec:
     name: str = ""
 
     def __post_init__(self) -> None:
-        validate_timezone(self.timezone)
-        check_jitter(self.cron, self.timezone, self.jitter_ms)
-        as_json(self.args, self.kwargs)
+        self.job_spec()
+
+    def job_spec(self) -> specs.JobSpec:
+        """The declaration as a validated job spec, its first fire time from now. Raises
+        InvalidJob or InvalidSchedule naming what to change."""
+        args, kwargs = as_json(self.args, self.kwargs)
+        item = {"job_type": self.task_name, "name": self.name, "cron_expression": self.cron,
+                "timezone": self.timezone, "args": args, "kwargs": kwargs,
+                "jitter_ms": self.jitter_ms, "overlap_policy": self.overlap,
+                **specs.misfire_fields(self.misfire)}
+        if self.queue is not None:
+            item["queue"] = self.queue
+        if self.retry is not None:
+            item["retry_policy"] = specs.retry_fields(self.retry)
+        if problem := specs.idempotency_key_problem(self.idempotency_key):
+            raise InvalidJob(specs.python_message("idempotency_key", problem),
+                             field="idempotency_key")
+        try:
+            return specs.checked_spec(item, job_writer.current_limits())
+        except SpecInvalid as exc:
+            raise specs.python_error(exc) from None
 
     def job_fields(self) -> dict[str, object]:
-        """The job's fields as :func:`scheduler.api.schedule_cron` stores them."""
-        args, kwargs = as_json(self.args, self.kwargs)
-        return {
-            "job_type": self.task_name,
-            "name": self.name,
-            "cron_expression": parse_cron(self.cron, self.timezone).expression,
-            "timezone": self.timezone,
-            "queue": self.queue or get_config().default_queue,
-            "args": args,
-            "kwargs": kwargs,
-            "misfire_policy": self.misfire.policy.value,
-            "misfire_fire_all_limit": self.misfire.fire_all_limit,
-            "jitter_ms": self.jitter_ms,
-            "overlap_policy": self.overlap,
-            "retry_policy": {} if self.retry is None else self.retry.to_json(),
-            "max_retries": 0 if self.retry is None else self.retry.max_attempts - 1,
-        }
+        """The job's fields as the job writer stores them (:func:`scheduler.job_writer.
+        row_fields`), so what is declared and what is stored compare equal."""
+        return job_writer.row_fields(self.job_spec())
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,8 @@ def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncRes
     """Create the job of ``spec`` for ``tenant``, or bring the existing one in line with it.
     Raises :class:`InvalidJob` (or :class:`~scheduler.errors.InvalidSchedule`) saying what to
     change, among them when the job was cancelled."""
-    desired = spec.job_fields()
+    job_spec = spec.job_spec()
+    desired = job_writer.row_fields(job_spec)
     with transaction.atomic():
         job = (
             Job.objects.for_tenant(tenant)
@@ -120,22 +124,8 @@ def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncRes
             .first()
         )
         if job is None:
-            job = api.schedule_cron(
-                spec.task_name,
-                tenant=tenant,
-                cron=spec.cron,
-                timezone=spec.timezone,
-                args=desired["args"],
-                kwargs=desired["kwargs"],
-                queue=desired["queue"],
-                name=spec.name,
-                idempotency_key=spec.idempotency_key,
-                misfire=spec.misfire,
-                jitter_ms=spec.jitter_ms,
-                retry=spec.retry,
-                overlap=spec.overlap,
-                by=by,
-            )
+            job = job_writer.create(tenant.tenant_id, job_spec,
+                                    idempotency_key=spec.idempotency_key, by=by)
             return SyncResult(SyncOutcome.CREATED, job)
         if job.status == JobStatus.CANCELLED:
             raise InvalidJob(
@@ -193,11 +183,6 @@ def idempotency_key(prefix: str, name: str) -> str:
         return key
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return f"{key[: IDEMPOTENCY_KEY_MAX_CHARS - len(digest) - 1]}#{digest}"
-
-
-def check_jitter(cron: str, timezone: str, jitter_ms: int) -> None:
-    """Refuse a jitter that :func:`scheduler.api.schedule_cron` would refuse."""
-    api.check_jitter(jitter_ms, parse_cron(cron, timezone))
 
 
 def as_json(args: object, kwargs: object) -> tuple[list, dict]:

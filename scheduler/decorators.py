@@ -57,9 +57,9 @@ from celery.local import Proxy
 from celery.signals import task_prerun
 
 from chronocore.models import Tenant
-from scheduler import api
+from scheduler import api, job_writer, specs
 from scheduler.declared_jobs import CronJobSpec, as_json, idempotency_key, resolve_tenant
-from scheduler.errors import InvalidJob, JobNotFound
+from scheduler.errors import InvalidJob, JobNotFound, SpecInvalid
 from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import Job
 from scheduler.queues import chrono_queue
@@ -72,7 +72,6 @@ __all__ = ["ChronoJobOptions", "ChronoJobTask", "ChronoTask", "chrono_job", "chr
 log = logging.getLogger("chrono.decorators")
 
 KEY_PREFIX = "chrono_job"
-OVERLAP_POLICIES = ("allow", "skip", "buffer_one", "cancel_previous")
 
 TenantRef = Tenant | uuid.UUID | str
 
@@ -100,32 +99,31 @@ class ChronoJobOptions:
     kwargs: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.cron is None:
-            if self.jitter_ms or self.args or self.kwargs:
-                raise InvalidJob(
-                    "jitter_ms, args and kwargs are for cron jobs; pass cron= too, or give "
-                    "arguments to schedule()",
-                    field="cron",
-                )
-        else:
-            # Validates cron, time zone, jitter and arguments now, at import, not at deploy.
-            CronJobSpec(idempotency_key="-", task_name="-", cron=self.cron,
-                        timezone=self.timezone, args=self.args, kwargs=self.kwargs,
-                        jitter_ms=self.jitter_ms)
-        if self.overlap is not None and self.overlap not in OVERLAP_POLICIES:
+        if self.cron is None and (self.jitter_ms or self.args or self.kwargs):
             raise InvalidJob(
-                f"overlap={self.overlap!r} is not a policy; use one of "
-                f"{', '.join(OVERLAP_POLICIES)}",
-                field="overlap",
+                "jitter_ms, args and kwargs are for cron jobs; pass cron= too, or give "
+                "arguments to schedule()",
+                field="cron",
             )
         if self.retry is not None and not (
             isinstance(self.retry, dict) and all(isinstance(k, str) for k in self.retry)
         ):
             raise InvalidJob("retry= takes a dict of retry-policy fields, or None", field="retry")
+        # Every rule of a job spec, now, at import, not at deploy (the task name is looked up
+        # when the job is synced or scheduled).
+        args, kwargs = as_json(self.args, self.kwargs)
+        item = {"args": args, "kwargs": kwargs, "jitter_ms": self.jitter_ms,
+                **specs.misfire_fields(self.misfire)}
+        for key, value in (("cron_expression", self.cron), ("queue", self.queue),
+                           ("overlap_policy", self.overlap), ("retry_policy", self.retry)):
+            if value is not None:
+                item[key] = value
+        if self.cron is not None:
+            item["timezone"] = self.timezone
         try:
-            self.retry_policy  # noqa: B018 - validates the fields now, where they are declared
-        except (TypeError, ValueError) as exc:
-            raise InvalidJob(f"retry={self.retry!r}: {exc}", field="retry") from None
+            specs.check_declaration(item, job_writer.current_limits())
+        except SpecInvalid as exc:
+            raise specs.python_error(exc) from None
 
     @property
     def retry_policy(self) -> RetryPolicy | None:

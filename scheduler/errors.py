@@ -52,6 +52,30 @@ class PayloadTooLarge(InvalidJob):
     """Raised when a job's args and kwargs, as JSON, exceed the configured payload limit."""
 
 
+class SpecInvalid(InvalidJob):
+    """Raised by the job spec validator (:mod:`scheduler.specs`) when a job spec breaks a rule.
+
+    ``errors`` maps each field at fault, in the job's own field names (those of the REST API:
+    ``cron_expression``, ``retry_policy.multiplier``, ``non_field_errors`` for a rule spanning
+    fields), to what to change; ``field`` and ``message`` are the first of them. ``too_large``
+    says the payload limit was one of them (the REST API answers 413), and ``causes`` keeps the
+    schedule errors (:class:`InvalidSchedule`) behind a field, which the Python API raises as
+    they are."""
+
+    def __init__(self, errors: dict[str, list[str]], *, too_large: bool = False,
+                 causes: dict[str, InvalidSchedule] | None = None) -> None:
+        field, messages = next(iter(errors.items()))
+        super().__init__(messages[0], field=field)
+        self.errors = errors
+        self.too_large = too_large
+        self.causes = causes or {}
+
+
+class JobEnded(InvalidJob):
+    """Raised when a job that is COMPLETED or CANCELLED is changed (rescheduled, configured,
+    PATCHed): create a new job instead. ``field`` is ``status``; the REST API answers 409."""
+
+
 class ExecutionNotRetryable(SchedulerError):
     """Raised when an execution is retried by hand while it has not ended badly (only FAILED,
     DEAD_LETTERED and LOST executions can be run again)."""

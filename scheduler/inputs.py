@@ -1,7 +1,10 @@
 """What every way of creating a job accepts in its text fields and its payload, checked one way.
 
-The REST API (a single create, bulk, PATCH) and the Python API (:mod:`scheduler.api`) call these
-functions, so one input gets one answer whichever way it arrives. Pure: no ORM, no config.
+The job spec validator (:mod:`scheduler.specs`, which every way in goes through: the REST API's
+single create, bulk and PATCH, the Python API, the decorators and declared jobs) and the policies'
+own bounds (:class:`scheduler.retry.RetryPolicy`, :class:`scheduler.misfire.MisfireRule`) call
+these functions, so one input gets one answer and one wording whichever way it arrives. Pure: no
+ORM, no config.
 
 A job's payload is its ``args`` and ``kwargs``. Its size is the UTF-8 bytes of each written as
 compact JSON (no spaces; only ``"``, ``\\`` and control characters escaped, as
@@ -49,6 +52,33 @@ def printable(value: str) -> str:
     if CONTROL_CHARACTER.search(value) is None:
         return value
     return CONTROL_CHARACTER.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+
+
+def json_type(value: object) -> str:
+    """What kind of JSON value ``value`` is, as a message names it ("an object", "a string")."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def whole_number_problem(value: object, *, low: int, high: int, unit: str = "") -> str | None:
+    """What to change when ``value`` is not a whole number from ``low`` to ``high`` (a boolean is
+    not one); None when it is. ``unit`` names what it counts (``"milliseconds"``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return None
+    what = f"a whole number{f' of {unit}' if unit else ''} from {low} to {high}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"Must be {what}, got {json_type(value)}."
+    return f"Is negative ({value}); use {what}." if value < 0 <= low else f"Is {value}; use {what}."
+
+
+def choice_problem(value: object, choices: tuple[str, ...], what: str) -> str | None:
+    """What to change when ``value`` is not one of ``choices`` (``what`` names them: "an overlap
+    policy"); None when it is one."""
+    if isinstance(value, str) and value in choices:
+        return None
+    shown = f"'{printable(value[:64])}'" if isinstance(value, str) else json_type(value)
+    return f"{shown} is not {what}; use one of {', '.join(choices)}."
 
 
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1

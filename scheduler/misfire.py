@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from typing import ClassVar
 
 from scheduler.cron import CronSchedule
+from scheduler.inputs import choice_problem, whole_number_problem
 
 MAX_OCCURRENCES_EXAMINED = 10_000
 
@@ -35,7 +38,13 @@ class MisfirePolicy(StrEnum):
 
 @dataclass(frozen=True)
 class MisfireRule:
-    """A job's policy with its bound; validated at construction."""
+    """A job's policy with its bound. Building one checks the limit is at least 1, so every rule
+    a job row ever held reads back; ``MAX_FIRE_ALL_LIMIT`` is the bound every way in holds a rule
+    to (:meth:`problems`, which the job spec validator runs for the REST API and the Python API
+    alike): a thousand late occurrences at once is surely not what was meant."""
+
+    MAX_FIRE_ALL_LIMIT: ClassVar[int] = 1_000
+    POLICIES: ClassVar[tuple[str, ...]] = tuple(policy.value for policy in MisfirePolicy)
 
     policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
     fire_all_limit: int = 10
@@ -43,6 +52,28 @@ class MisfireRule:
     def __post_init__(self) -> None:
         if self.fire_all_limit < 1:
             raise ValueError("fire_all_limit must be at least 1")
+
+    @classmethod
+    def problems(cls, fields: Mapping[str, object]) -> dict[str, str]:
+        """What to change in ``fields`` (``policy`` and/or ``fire_all_limit``, those given), per
+        field; empty when nothing."""
+        found = {}
+        if "policy" in fields and (
+            problem := choice_problem(fields["policy"], cls.POLICIES, "a misfire policy")
+        ):
+            found["policy"] = problem
+        if "fire_all_limit" in fields and (problem := whole_number_problem(
+                fields["fire_all_limit"], low=1, high=cls.MAX_FIRE_ALL_LIMIT)):
+            found["fire_all_limit"] = problem
+        return found
+
+    def to_fields(self) -> dict[str, object]:
+        """The rule as a job spec gives it: the limit only with ``fire_all``, the only policy it
+        bounds (the validator refuses a limit given with another)."""
+        if self.policy is MisfirePolicy.FIRE_ALL:
+            return {"misfire_policy": self.policy.value,
+                    "misfire_fire_all_limit": self.fire_all_limit}
+        return {"misfire_policy": MisfirePolicy(self.policy).value}
 
 
 @dataclass

@@ -6,40 +6,16 @@ from __future__ import annotations
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
-NON_FIELD = "non_field_errors"
+from scheduler import specs
 
-# Python API argument (or cron field) -> REST API field.
-_API_FIELD = {
-    "at": "run_at",
-    "delay": "delay_ms",
-    "cron": "cron_expression",
-    "expression": "cron_expression",
-    "second": "cron_expression",
-    "minute": "cron_expression",
-    "hour": "cron_expression",
-    "day_of_month": "cron_expression",
-    "month": "cron_expression",
-    "day_of_week": "cron_expression",
-    "timezone": "timezone",
-    "task_name": "job_type",
-    "name": "name",
-    "queue": "queue",
-    "args": "args",
-    "kwargs": "kwargs",
-    "status": "status",
-    "max_retries": "max_retries",
-    "retry": "retry_policy",
-    "soft_timeout_ms": "soft_timeout_ms",
-    "hard_timeout_ms": "hard_timeout_ms",
-    "overlap": "overlap_policy",
-    "misfire": "misfire_policy",
-    "jitter_ms": "jitter_ms",
-}
+# A rule spanning fields; the job fields are the API's own (scheduler.specs names them so).
+NON_FIELD = specs.NON_FIELD
 
 
 def api_field(scheduler_field: str | None) -> str:
-    """The REST API field a scheduler error's ``field`` refers to."""
-    return _API_FIELD.get(scheduler_field or "", NON_FIELD)
+    """The REST API field a scheduler error's ``field`` refers to (a Python API argument such
+    as ``at``, a cron expression's part such as ``minute``): :func:`scheduler.specs.spec_field`."""
+    return specs.spec_field(scheduler_field)
 
 
 class RequestTooLarge(APIException):

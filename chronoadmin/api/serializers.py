@@ -1,57 +1,43 @@
-"""Serializers: the API's JSON shapes. Input is checked by :mod:`chronoadmin.api.validation`
-(shared with the bulk path), so these classes mostly describe fields for the OpenAPI schema."""
+"""Serializers: the API's JSON shapes. Input is checked by :mod:`scheduler.specs`, the one
+validator of job specs (the bulk path's and the Python API's too), so these classes mostly
+describe fields for the OpenAPI schema."""
 
 from __future__ import annotations
 
 from datetime import UTC
 
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from drf_spectacular.utils import (
+    PolymorphicProxySerializer,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 
 from chronoadmin.api.errors import RequestTooLarge
-from chronoadmin.api.validation import (
-    EXCEPTION_NAME,
-    MAX_AHEAD_MS,
-    MAX_ATTEMPTS,
-    MAX_FIRE_ALL_LIMIT,
-    MAX_JITTER_MS,
-    MAX_MULTIPLIER,
-    MAX_NON_RETRYABLE,
-    MAX_RETRIES,
-    MAX_RETRY_DELAY_MS,
-    MAX_TEXT_LENGTH,
-    MAX_TIMEOUT_MS,
-    QUEUE_NAME,
-    TASK_NAME,
-    JobSpec,
-    Limits,
-    SpecInvalid,
-    parse_job_spec,
-    parse_update,
-    unknown_field_errors,
-)
-from chronocore.config import get_config
 from chronocore.grants import pattern_problem
 from chronocore.models import ApiKey, TaskGrant, Tenant
 from reaper.models import Worker
-from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.clock import ms_to_datetime
 from scheduler.cron import format_fire_time
+from scheduler.errors import SpecInvalid
 from scheduler.fire_times import upcoming_fire_ms
+from scheduler.job_writer import current_limits
+from scheduler.misfire import MisfireRule
 from scheduler.models import Execution, Job, MisfirePolicyChoice, OverlapPolicy
 from scheduler.retry import RetryPolicy, effective_policy
+from scheduler.specs import (
+    MAX_AHEAD_MS,
+    MAX_RETRIES,
+    MAX_TEXT_LENGTH,
+    QUEUE_NAME,
+    TASK_NAME,
+    ExecutionOptions,
+    JobSpec,
+    parse_job_spec,
+    unknown_field_errors,
+)
 
 NEXT_FIRE_TIMES = 5
-
-
-def current_limits() -> Limits:
-    """The limits of a request being served now."""
-    config = get_config()
-    return Limits(
-        now_ms=now_ms(),
-        default_queue=config.default_queue,
-        max_payload_bytes=config.max_payload_bytes,
-        run_at_grace_ms=config.run_at_grace_ms,
-    )
 
 
 class JobCreateSerializer(serializers.Serializer):
@@ -101,43 +87,45 @@ class RetryPolicySerializer(serializers.Serializer):
     keys left out keep their value (the default, or the job's on a PATCH)."""
 
     max_attempts = serializers.IntegerField(
-        min_value=1, max_value=MAX_ATTEMPTS, required=False,
+        min_value=1, max_value=RetryPolicy.MAX_ATTEMPTS, required=False,
         help_text="Attempts in all, the first run included (1 = no retry); max_retries + 1.",
     )
     initial_delay_ms = serializers.IntegerField(
-        min_value=0, max_value=MAX_RETRY_DELAY_MS, required=False,
+        min_value=0, max_value=RetryPolicy.MAX_DELAY_MS, required=False,
         help_text="Upper bound of the delay before the first retry (default 1000).",
     )
     multiplier = serializers.FloatField(
-        min_value=1, max_value=MAX_MULTIPLIER, required=False,
+        min_value=1, max_value=RetryPolicy.MAX_MULTIPLIER, required=False,
         help_text="Factor by which the bound grows at each retry (default 2.0).",
     )
     max_delay_ms = serializers.IntegerField(
-        min_value=0, max_value=MAX_RETRY_DELAY_MS, required=False,
+        min_value=0, max_value=RetryPolicy.MAX_DELAY_MS, required=False,
         help_text="Cap of the bound (default 300000); at least initial_delay_ms.",
     )
     non_retryable = serializers.ListField(
-        child=serializers.RegexField(_pattern(EXCEPTION_NAME), max_length=MAX_TEXT_LENGTH),
-        max_length=MAX_NON_RETRYABLE, required=False,
+        child=serializers.RegexField(_pattern(RetryPolicy.EXCEPTION_NAME),
+                                     max_length=RetryPolicy.MAX_NAME_LENGTH),
+        max_length=RetryPolicy.MAX_NON_RETRYABLE, required=False,
         help_text="Exception classes (short or dotted name) that end the execution at once.",
     )
 
 
+@extend_schema_serializer(deprecate_fields=["max_retries"])
 class _ExecutionFieldsSerializer(serializers.Serializer):
     """The execution options every kind of job takes (schema only)."""
 
     max_retries = serializers.IntegerField(
         min_value=0, max_value=MAX_RETRIES, required=False,
-        help_text="Retries after the first run (default 0): retry_policy.max_attempts - 1. "
-        "Give either; when both are given they must agree.",
+        help_text="Deprecated spelling of retry_policy.max_attempts - 1 (retries after the "
+        "first run, default 0); still accepted. When both are given they must agree.",
     )
     retry_policy = RetryPolicySerializer(required=False)
     soft_timeout_ms = serializers.IntegerField(
-        min_value=1, max_value=MAX_TIMEOUT_MS, required=False, allow_null=True,
+        min_value=1, max_value=ExecutionOptions.MAX_TIMEOUT_MS, required=False, allow_null=True,
         help_text="The task gets SoftTimeLimitExceeded after this long (null: no limit).",
     )
     hard_timeout_ms = serializers.IntegerField(
-        min_value=1, max_value=MAX_TIMEOUT_MS, required=False, allow_null=True,
+        min_value=1, max_value=ExecutionOptions.MAX_TIMEOUT_MS, required=False, allow_null=True,
         help_text="The worker process is killed after this long and the attempt is lost, then "
         "retried (null: no limit). Above soft_timeout_ms.",
     )
@@ -147,7 +135,7 @@ class _ExecutionFieldsSerializer(serializers.Serializer):
         "(default: the latest late one runs), fire_all, skip.",
     )
     misfire_fire_all_limit = serializers.IntegerField(
-        min_value=1, max_value=MAX_FIRE_ALL_LIMIT, required=False,
+        min_value=1, max_value=MisfireRule.MAX_FIRE_ALL_LIMIT, required=False,
         help_text="With misfire_policy fire_all: at most this many late occurrences run "
         "(default 10).",
     )
@@ -162,7 +150,7 @@ class _CronOptionsSerializer(serializers.Serializer):
         "skip (default), buffer_one, cancel_previous.",
     )
     jitter_ms = serializers.IntegerField(
-        min_value=0, max_value=MAX_JITTER_MS, required=False,
+        min_value=0, max_value=ExecutionOptions.MAX_JITTER_MS, required=False,
         help_text="Delay each occurrence by a fixed spread in [0, jitter_ms), below the gap "
         "between occurrences (default 0).",
     )
@@ -218,17 +206,12 @@ class JobUpdateSerializer(_ExecutionFieldsSerializer, _CronOptionsSerializer):
     """A change of when a job fires: ``run_at`` (one-time jobs) or ``cron_expression`` and/or
     ``timezone`` (cron jobs); and of its execution options (``overlap_policy`` and
     ``jitter_ms`` for cron jobs only). A ``retry_policy`` is merged into the job's: keys left
-    out keep their value."""
+    out keep their value. Schema only: :func:`scheduler.api.update` checks a change, once the
+    job is found and locked."""
 
     run_at = serializers.DateTimeField(required=False)
     cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH, required=False)
     timezone = serializers.CharField(max_length=64, required=False)
-
-    def to_internal_value(self, data: object) -> dict[str, object]:
-        try:
-            return parse_update(data, current_limits())
-        except SpecInvalid as exc:
-            raise serializers.ValidationError(exc.errors) from None
 
 
 class FireTimeSerializer(serializers.Serializer):
@@ -255,7 +238,13 @@ def retry_policy_of(job: Job) -> dict[str, object]:
         return RetryPolicy(max_attempts=job.max_retries + 1).to_json()
 
 
+@extend_schema_serializer(deprecate_fields=["max_retries"])
 class JobSerializer(serializers.ModelSerializer):
+    max_retries = serializers.IntegerField(
+        read_only=True,
+        help_text="Deprecated: retry_policy.max_attempts - 1, shown for clients written before "
+        "retry_policy.",
+    )
     retry_policy = serializers.SerializerMethodField(
         help_text="The retry policy the job's attempts follow, defaults filled in."
     )

@@ -1,10 +1,11 @@
 """The API's views. Tenant endpoints scope every queryset to the caller's tenant, so another
-tenant's id answers 404 exactly like an id that does not exist. Writes go through
-:mod:`scheduler.api` (the bulk path through :mod:`chronoadmin.api.bulk`)."""
+tenant's id answers 404 exactly like an id that does not exist. Input is checked by the one
+validator of job specs (:mod:`scheduler.specs`, through the serializers); jobs are written by the
+one job writer (:mod:`scheduler.job_writer`: a create here, bulk through
+:mod:`chronoadmin.api.bulk`) and changed by :mod:`scheduler.api`. No business rule lives here."""
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone as dj_timezone
@@ -41,13 +42,6 @@ from chronoadmin.api.serializers import (
     TaskGrantSerializer,
     TenantSerializer,
     WorkerSerializer,
-    current_limits,
-)
-from chronoadmin.api.validation import (
-    OPTION_FIELDS,
-    JobSpec,
-    options_of,
-    parse_options,
 )
 from chronocore import grants
 from chronocore.config import get_config
@@ -56,12 +50,9 @@ from chronocore.rest.permissions import IsPlatformAdmin, IsTenantClient, tenant_
 from chronocore.rest.throttling import TenantRateThrottle
 from reaper.models import Worker
 from scheduler import api as scheduler_api
-from scheduler.clock import ms_to_datetime
-from scheduler.cron import parse_cron
+from scheduler import job_writer
 from scheduler.errors import ExecutionNotRetryable
 from scheduler.models import Execution, Job, JobStatus
-
-OPTION_CHANGE_FIELDS = frozenset(("max_retries", *OPTION_FIELDS))
 
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
     IDEMPOTENCY_HEADER, {"type": "string", "minLength": 1, "maxLength": 200,
@@ -122,71 +113,6 @@ def _no_body(request: Request) -> None:
         raise ValidationError({NON_FIELD: ["This action takes no body; send none or {}."]})
 
 
-def _create_job(tenant: Tenant, spec: JobSpec) -> Job:
-    options = spec.options
-    common = dict(
-        tenant=tenant, args=spec.args, kwargs=spec.kwargs, queue=spec.queue, name=spec.name,
-        max_retries=options.max_retries, retry=options.retry,
-        soft_timeout_ms=options.soft_timeout_ms, hard_timeout_ms=options.hard_timeout_ms,
-        misfire=options.misfire_rule,
-    )
-    if spec.cron_expression:
-        return scheduler_api.schedule_cron(
-            spec.job_type, cron=spec.cron_expression, timezone=spec.timezone,
-            overlap=options.overlap_policy, jitter_ms=options.jitter_ms, **common
-        )
-    return scheduler_api.schedule_once(spec.job_type, at=ms_to_datetime(spec.fire_at_ms), **common)
-
-
-def _check_timing_fields(job: Job, changes: dict[str, object]) -> None:
-    """run_at is for one-time jobs, cron_expression and timezone for cron jobs."""
-    if job.cron_expression and "run_at" in changes:
-        raise ValidationError({"run_at": [
-            "This is a cron job: change cron_expression or timezone; run_at is for "
-            "one-time jobs."
-        ]})
-    if not job.cron_expression and changes.keys() & {"cron_expression", "timezone"}:
-        field = "cron_expression" if "cron_expression" in changes else "timezone"
-        raise ValidationError({field: [
-            "This is a one-time job: change run_at; cron_expression and timezone are for "
-            "cron jobs (create a cron job instead)."
-        ]})
-
-
-def _option_changes(job: Job, changes: dict[str, object]) -> dict[str, object]:
-    """The execution options a PATCH sets, checked against the job (merged into its options),
-    as arguments of :func:`scheduler.api.configure`; {} when it sets none."""
-    given = {key: value for key, value in changes.items() if key in OPTION_CHANGE_FIELDS}
-    new_schedule = bool(changes.keys() & {"cron_expression", "timezone"})
-    if not given and not (new_schedule and job.jitter_ms):
-        return {}
-    kind = "cron" if job.cron_expression else "one-time"
-    schedule = None
-    if job.cron_expression and ("jitter_ms" in given or new_schedule):
-        # The jitter, new or kept, must stay below the gaps of the schedule the job will have.
-        schedule = parse_cron(changes.get("cron_expression") or job.cron_expression,
-                              changes.get("timezone") or job.timezone)
-    base = options_of(job)
-    errors: dict[str, list[str]] = {}
-    options = parse_options(given, base, errors, kind=kind, schedule=schedule,
-                            now_ms=current_limits().now_ms)
-    if errors:
-        raise ValidationError(errors)
-    result: dict[str, object] = {}
-    if options.retry != base.retry or options.max_retries != base.max_retries:
-        result["retry"] = options.effective_retry
-    if (options.soft_timeout_ms, options.hard_timeout_ms) != (base.soft_timeout_ms,
-                                                               base.hard_timeout_ms):
-        result["timeouts_ms"] = (options.soft_timeout_ms, options.hard_timeout_ms)
-    if options.misfire_rule != base.misfire_rule:
-        result["misfire"] = options.misfire_rule
-    if options.overlap_policy != base.overlap_policy:
-        result["overlap"] = options.overlap_policy
-    if options.jitter_ms != base.jitter_ms:
-        result["jitter_ms"] = options.jitter_ms
-    return result
-
-
 @extend_schema(tags=["jobs"])
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
     """Jobs of the caller's tenant: one-time (``run_at`` / ``delay_ms``) and cron."""
@@ -218,33 +144,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet
         serializer = JobCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         quota.check_quota(self.tenant.tenant_id, 1)
-        job = _create_job(self.tenant, serializer.validated_data)
+        job = job_writer.create(self.tenant.tenant_id, serializer.validated_data)
         quota.count_created(self.tenant.tenant_id, 1)
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=JobUpdateSerializer, responses={200: JobDetailSerializer})
     def partial_update(self, request: Request, job_id: str) -> Response:
-        job = self.get_object()
-        serializer = JobUpdateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        changes = serializer.validated_data
-        with transaction.atomic():
-            job = self.get_queryset().select_for_update().filter(pk=job.pk).first() or job
-            if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
-                raise Conflict(f"The job is {job.status}; create a new job instead.")
-            _check_timing_fields(job, changes)
-            options = _option_changes(job, changes)
-            if changes.keys() & {"run_at", "cron_expression", "timezone"}:
-                run_at_ms = changes.get("run_at")
-                job = scheduler_api.reschedule(
-                    job.job_id,
-                    tenant=self.tenant,
-                    cron=changes.get("cron_expression"),
-                    timezone=changes.get("timezone"),
-                    at=ms_to_datetime(run_at_ms) if run_at_ms is not None else None,
-                )
-            if options:  # after the new schedule, which a new jitter is checked against
-                job = scheduler_api.configure(job.job_id, tenant=self.tenant, **options)
+        """Change when the job fires and how its occurrences run: the lock, every rule and the
+        write are :func:`scheduler.api.update`'s (an unknown job answers 404 whatever the body,
+        an ended one 409, one whose grant was removed 403, a body that breaks a rule 400)."""
+        job = scheduler_api.update(job_id, tenant=self.tenant, changes=request.data)
         return Response(JobDetailSerializer(job).data)
 
     @extend_schema(responses={204: None})
@@ -340,7 +249,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet
                 f"The request holds {len(items)} jobs; at most {limit} are accepted per request. "
                 "Split it into several requests."
             )
-        result = bulk.ingest(self.tenant.tenant_id, items, current_limits())
+        result = bulk.ingest(self.tenant.tenant_id, items, job_writer.current_limits())
         created = result.created
         code = (status.HTTP_201_CREATED if created == len(items)
                 else status.HTTP_200_OK if created else status.HTTP_400_BAD_REQUEST)

@@ -153,7 +153,7 @@ def test_text_that_needs_escaping_in_copy_survives(tenant_api):
 
 
 def test_bulk_job_ids_are_distinct_version_4_uuids():
-    from chronoadmin.api.bulk import new_job_ids
+    from scheduler.job_writer import new_job_ids
 
     ids = new_job_ids(2000)
     parsed = [uuid.UUID(job_id) for job_id in ids]

@@ -96,8 +96,8 @@ def test_configure_changes_how_occurrences_run_and_keeps_max_retries_in_step(
 @pytest.mark.parametrize(
     ("kwargs", "field", "message"),
     [
-        ({"jitter_ms": 5}, "jitter_ms", "for cron jobs"),
-        ({"overlap": "allow"}, "overlap", "for cron jobs"),
+        ({"jitter_ms": 5}, "jitter_ms", "applies to cron jobs only"),
+        ({"overlap": "allow"}, "overlap", "applies to cron jobs only"),
         ({"timeouts_ms": (2_000, 2_000)}, "soft_timeout_ms", "below hard_timeout_ms"),
     ],
 )
@@ -119,7 +119,7 @@ def test_a_jitter_is_held_to_the_shortest_gap_of_an_irregular_schedule(tenant, r
     assert error.value.field == "jitter_ms" and "3600000 ms" in error.value.message
     job = api.schedule_cron("chrono.noop", tenant=tenant, cron="0 9,10 * * *",
                             jitter_ms=3_599_999)
-    with pytest.raises(InvalidJob, match="not below the schedule's period"):
+    with pytest.raises(InvalidJob, match="not below the 3600000 ms between occurrences"):
         api.configure(job.job_id, tenant=tenant, jitter_ms=3_600_000)
 
 

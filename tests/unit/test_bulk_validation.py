@@ -1,5 +1,5 @@
-"""The bulk path's fast check of plain items (``validation._plain_spec``) against every rule
-(``validation.checked_spec``): it may pass an item on to the rules, never judge it otherwise."""
+"""The bulk path's fast check of plain items (``specs._plain_spec``) against every rule
+(``specs.checked_spec``): it may pass an item on to the rules, never judge it otherwise."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chronoadmin.api import validation
-from chronoadmin.api.validation import Limits, SpecInvalid, checked_spec, parse_job_spec
+from scheduler import specs
+from scheduler.errors import SpecInvalid
+from scheduler.specs import Limits, checked_spec, parse_job_spec
 
 LIMITS = Limits(now_ms=1_800_000_000_000, default_queue="chrono", max_payload_bytes=300,
                 run_at_grace_ms=60_000)
@@ -34,8 +35,8 @@ CRON = st.one_of(
              min_size=4, max_size=7).map(" ".join),
 )
 FIELD_VALUE = st.one_of(
-    TEXT, JSON_VALUE, CRON, st.integers(-5, validation.MAX_AHEAD_MS + 5),
-    st.sampled_from([0, validation.MAX_AHEAD_MS, validation.MAX_AHEAD_MS + 1, True, 1.0]),
+    TEXT, JSON_VALUE, CRON, st.integers(-5, specs.MAX_AHEAD_MS + 5),
+    st.sampled_from([0, specs.MAX_AHEAD_MS, specs.MAX_AHEAD_MS + 1, True, 1.0]),
 )
 KEYS = st.sampled_from(["job_type", "name", "queue", "args", "kwargs", "delay_ms", "run_at",
                         "timezone", "max_retries", "jitter_ms", "job-type", "cron_expression"])
@@ -51,7 +52,7 @@ NEAR_PLAIN = st.fixed_dictionaries(
 )
 PLAIN = st.fixed_dictionaries(
     {"job_type": st.sampled_from(["a", "billing.tasks.send", "x" * 200, "x" * 201, "1a"]),
-     "delay_ms": st.integers(0, validation.MAX_AHEAD_MS + 1)},
+     "delay_ms": st.integers(0, specs.MAX_AHEAD_MS + 1)},
     optional={"name": TEXT, "queue": st.sampled_from(["reports", "a:b", "a b", "q" * 201]),
               "args": st.lists(JSON_VALUE, max_size=4),
               "kwargs": st.dictionaries(TEXT, JSON_VALUE, max_size=4)},
@@ -78,7 +79,7 @@ def test_an_item_gets_the_same_spec_or_errors_as_by_every_rule(item):
     {"job_type": "a", "delay_ms": 5, "name": "nightly ☾", "kwargs": {"k": "v"}},
 ])
 def test_plain_items_take_the_fast_path_with_the_same_spec(item):
-    spec = validation._plain_spec(item, LIMITS)
+    spec = specs._plain_spec(item, LIMITS)
     assert spec is not None
     assert spec == checked_spec(item, LIMITS)
 
@@ -94,4 +95,4 @@ def test_plain_items_take_the_fast_path_with_the_same_spec(item):
     {"job_type": "a", "delay_ms": 1, "max_retries": 2},
 ])
 def test_items_the_fast_path_cannot_vouch_for_go_through_every_rule(item):
-    assert validation._plain_spec(item, LIMITS) is None
+    assert specs._plain_spec(item, LIMITS) is None

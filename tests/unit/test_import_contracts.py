@@ -132,6 +132,14 @@ def test_the_scratch_copy_keeps_every_contract_before_it_is_broken(scratch_tree:
             ["scheduler.cron is not allowed to import redis", "scheduler.cron -> redis"],
             id="pure-cron-doing-redis-io",
         ),
+        pytest.param(
+            "scheduler/specs.py",
+            "\n\ndef _job_model():\n    from scheduler.models import Job\n\n    return Job\n",
+            "pure-core",
+            ["scheduler.specs is not allowed to import django",
+             "scheduler.specs -> scheduler.models"],
+            id="the-job-spec-validator-reaching-for-the-orm",
+        ),
     ],
 )
 def test_an_import_against_the_contracts_fails_them_naming_both_modules(
