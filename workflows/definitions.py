@@ -368,6 +368,11 @@ def _check_retry(step: StepDefinition, value: object) -> RetryPolicy:
     for name in value:
         if name not in _RETRY_FIELDS:
             raise TemplateError(f"retry.{name}", _unknown_field(name, _RETRY_FIELDS))
+    # The bounds every job's policy is held to (RetryPolicy.problems), the first one broken.
+    defaults = RetryPolicy()
+    policy = {name: value.get(name, getattr(defaults, name)) for name in RetryPolicy.FIELDS}
+    for name, problem in RetryPolicy.problems(policy, given=value.keys()).items():
+        raise TemplateError(f"retry.{name}", problem)
     try:
         return RetryPolicy(**value)
     except (TypeError, ValueError) as e:

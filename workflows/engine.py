@@ -75,7 +75,7 @@ from chronocore import grants
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from scheduler import api as scheduler_api
-from scheduler import prepared
+from scheduler import job_writer, prepared
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.errors import JobNotFound
 from scheduler.models import Execution, ExecutionEnd, ExecutionStatus
@@ -603,10 +603,8 @@ def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
                 f"Workflow run {run.run_id} of {run.name} ended {run.status}"))
     write(writes, watcher=WATCHER)
     if writes.jobs:
-        timers = writes.timers()
-        announce_before = now_ms() + get_config().lookahead_ms * 2
-        transaction.on_commit(lambda: scheduler_api.timer_store().add(
-            timers, announce_before_ms=announce_before))
+        timers, announce_before = writes.timers(), job_writer.announce_before_ms()
+        transaction.on_commit(lambda: job_writer.add_timers(timers, announce_before))
     _end_parent_steps(ended)
     _admit_queued(ended)
 
