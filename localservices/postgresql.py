@@ -126,8 +126,8 @@ class PostgresService:
 
     def refuses_anonymous(self) -> bool:
         e = self.endpoint
-        attempts = [(e.user, ""), (e.user, e.password + "-wrong"), (e.user, "chrono"),
-                    ("postgres", ""), ("postgres", "postgres")]
+        attempts = {(e.user, ""), (e.user, e.password + "-wrong"), (e.user, "chrono"),
+                    ("postgres", ""), ("postgres", "postgres")} - {(e.user, e.password)}
         return all(self._tcp_login(user, password) is not None for user, password in attempts)
 
     def restart_reason(self) -> str | None:
