@@ -95,7 +95,7 @@ def test_redis_without_a_password_requires_the_generated_one_in_place(data_dir):
         new = localservices.RedisService(
             endpoint=_endpoint(port, user="default", password=new_password(), namespace="0"),
             data_dir=data_dir / "redis")
-        assert not localservices.lifecycle.secured(new)
+        assert not localservices.secured(new)
         pid = old.pid()
 
         localservices.bring_up(new)
