@@ -190,15 +190,16 @@ class PostgresService:
             )
 
     def _write_config(self) -> bool:
-        """Write chrono.conf and pg_hba.conf; True when pg_hba.conf changed."""
+        """Write chrono.conf and pg_hba.conf; True when either changed."""
         conf = render_template("postgresql.conf", port=self.endpoint.port, socket_dir=self.data_dir)
-        write_owned(self.data_dir / "chrono.conf", conf, user=self.os_user)
-        return write_owned(
+        conf_changed = write_owned(self.data_dir / "chrono.conf", conf, user=self.os_user)
+        hba_changed = write_owned(
             self.data_dir / "pg_hba.conf",
             render_template("pg_hba.conf"),
             user=self.os_user,
             mode=0o600,
         )
+        return conf_changed or hba_changed
 
     def provision(self) -> None:
         if not self.endpoint.password:
@@ -208,8 +209,9 @@ class PostgresService:
             )
         try:
             if self._write_config():
-                log.info("postgresql: pg_hba.conf rewritten (a password for every TCP login); "
-                         "reloading")
+                # pg_hba.conf (a password for every TCP login) and password_encryption apply
+                # at a reload; settings that need a restart wait for the next start.
+                log.info("postgresql: configuration rewritten; reloading")
                 with self._admin_connection() as conn:
                     conn.execute("SELECT pg_reload_conf()")
             self._create_role_and_database()
