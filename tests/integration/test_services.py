@@ -286,3 +286,15 @@ def test_a_broker_url_logging_in_as_guest_is_refused_since_up_removes_guest():
 def test_a_url_for_another_host_is_refused_with_what_to_change():
     with pytest.raises(localservices.ServiceConfigError, match="point it at 127.0.0.1"):
         localservices.parse_database_url("postgresql://chrono:chrono@db.internal:5432/chrono")
+
+
+def test_rabbitmq_provision_refuses_a_node_of_another_data_directory(service_by_name, tmp_path):
+    """Two installations cannot share a node name: ``rabbitmqctl -n NAME`` would reach, and
+    change, the other's node, so provisioning checks the node it reaches is its own first."""
+    running = service_by_name["rabbitmq"]
+    users_before = running._users()
+    impostor = localservices.RabbitMQService(
+        endpoint=running.endpoint, data_dir=tmp_path, node_name=running.node_name)
+    with pytest.raises(localservices.ServiceStartError, match="CHRONO_RABBITMQ_NODE_NAME"):
+        impostor.provision()
+    assert running._users() == users_before
