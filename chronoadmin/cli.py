@@ -12,7 +12,10 @@ import sys
 
 USAGE = """usage: chrono COMMAND [ARGS]
 
-  services up|down|status   install and start PostgreSQL, Redis, RabbitMQ and OpenSearch
+  services up|down|status   install and start PostgreSQL, Redis, RabbitMQ and OpenSearch,
+                            with generated credentials
+  services rotate [SERVICE…]
+                            new passwords for the services (then restart Chrono's processes)
   migrate                   create or update the database schema
   beat [--replica-id ID]    run a beat replica (fires timers)
   worker [--queues Q,…]     run a Celery worker with Chrono's integration

@@ -1,9 +1,11 @@
 """Production settings: ``DJANGO_SETTINGS_MODULE=chronoadmin.settings_production``.
 
 Everything of :mod:`chronoadmin.settings`, hardened as ``manage.py check --deploy`` asks: HTTPS
-only, secure cookies, HSTS, and a secret key that must come from the environment
-(``CHRONO_SECRET_KEY``). The admin's login lockout and password validators come from the base
-settings unchanged: development keeps them too, so what holds on a laptop holds here.
+only, secure cookies, HSTS, a secret key that must come from the environment
+(``CHRONO_SECRET_KEY``), and service credentials that are neither empty nor a well-known default
+(``DATABASE_URL``, ``REDIS_URL``, ``BROKER_URL``, ``SEARCH_URL``, as completed from the
+credentials file; docs/security.md). The admin's login lockout and password validators come from
+the base settings unchanged: development keeps them too, so what holds on a laptop holds here.
 """
 
 from __future__ import annotations
@@ -11,11 +13,21 @@ from __future__ import annotations
 from chronoadmin.settings import *  # noqa: F403
 from chronoadmin.settings import CHRONO
 from chronocore.config import ConfigError
+from chronocore.credentials import weak_credentials
 
 if CHRONO.secret_key.startswith("chrono-dev-insecure") or len(CHRONO.secret_key) < 50:
     raise ConfigError(
         "set CHRONO_SECRET_KEY to a random string of at least 50 characters for production "
         "(python -c 'import secrets; print(secrets.token_urlsafe(64))')"
+    )
+
+_weak = weak_credentials(CHRONO.service_urls(), search_api_key=CHRONO.search_api_key)
+if _weak:
+    raise ConfigError(
+        "production settings refuse empty or default service credentials:\n  "
+        + "\n  ".join(_weak)
+        + f"\n(a loopback URL without a password takes it from {CHRONO.credentials_path}, "
+        "which `chrono services up` generates)"
     )
 
 DEBUG = False

@@ -12,11 +12,24 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-DEFAULT_DATABASE_URL = "postgresql://chrono:chrono@127.0.0.1:5432/chrono"
+from chronocore.credentials import (
+    DEFAULT_DATA_DIR,
+    CredentialsError,
+    credentials_path,
+    fill_urls,
+    read_credentials,
+)
+
+# No credentials in the defaults: on loopback they come from the installation's credentials file
+# (chronocore/credentials.py), which `chrono services up` generates.
+DEFAULT_DATABASE_URL = "postgresql://chrono@127.0.0.1:5432/chrono"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-DEFAULT_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
+DEFAULT_BROKER_URL = "amqp://127.0.0.1:5672//"
+DEFAULT_SEARCH_URL = "http://127.0.0.1:9200"
+URL_FIELDS = ("database_url", "redis_url", "broker_url", "search_url")
 
 
 class ConfigError(ValueError):
@@ -30,7 +43,11 @@ class ChronoConfig:
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str = DEFAULT_REDIS_URL
     broker_url: str = DEFAULT_BROKER_URL
-    search_url: str = "http://127.0.0.1:9200"
+    search_url: str = DEFAULT_SEARCH_URL
+    # Where `chrono services` keeps its servers, and the credentials file the URLs above take
+    # their users and passwords from when they carry none (empty: credentials.env in data_dir).
+    data_dir: str = DEFAULT_DATA_DIR
+    credentials_file: str = ""
     secret_key: str = "chrono-dev-insecure-secret-key-change-me-in-production-0123456789"
     debug: bool = False
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
@@ -142,6 +159,15 @@ class ChronoConfig:
     # they were sent, so that a bulk request the engine was still executing has finished.
     indexer_in_doubt_grace_ms: int = 5_000
 
+    @property
+    def credentials_path(self) -> Path:
+        """The credentials file the URLs were completed from (it need not exist)."""
+        return _credentials_file(self.data_dir, self.credentials_file)
+
+    def service_urls(self) -> dict[str, str]:
+        """``{"database": DATABASE_URL, "redis": …, "broker": …, "search": …}``."""
+        return {name.removesuffix("_url"): getattr(self, name) for name in URL_FIELDS}
+
     def __post_init__(self) -> None:
         for name, low in (
             ("shard_count", 1),
@@ -230,8 +256,11 @@ def _parse(name: str, raw: str, kind: type) -> object:
 
 
 def load_config(environ: Mapping[str, str] | None = None) -> ChronoConfig:
-    """Build a config from ``environ``: ``DATABASE_URL``, ``REDIS_URL``, ``BROKER_URL`` and
-    ``CHRONO_<FIELD>`` for every other field. Raises :class:`ConfigError` on a bad value."""
+    """Build a config from ``environ``: ``DATABASE_URL``, ``REDIS_URL``, ``BROKER_URL``,
+    ``SEARCH_URL`` and ``CHRONO_<FIELD>`` for every other field. A loopback URL without a
+    password takes its service's user and password from the credentials file
+    (:mod:`chronocore.credentials`). Raises :class:`ConfigError` on a bad value or an unreadable
+    credentials file."""
     environ = os.environ if environ is None else environ
     values: dict[str, object] = {}
     kinds = {"str": str, "int": int, "bool": bool, "tuple[str, ...]": tuple[str, ...]}
@@ -241,7 +270,31 @@ def load_config(environ: Mapping[str, str] | None = None) -> ChronoConfig:
             env_name = f"CHRONO_{env_name}"
         if env_name in environ:
             values[field.name] = _parse(env_name, environ[env_name], kinds[str(field.type)])
+    values.update(_urls_with_credentials(values))
     return ChronoConfig(**values)
+
+
+def _urls_with_credentials(values: Mapping[str, object]) -> dict[str, str]:
+    """The four service URLs, each given its credentials from the file when it has none."""
+    defaults = ChronoConfig.__dataclass_fields__
+    urls = {
+        name.removesuffix("_url"): str(values.get(name, defaults[name].default))
+        for name in URL_FIELDS
+    }
+    path = _credentials_file(
+        str(values.get("data_dir", DEFAULT_DATA_DIR)), str(values.get("credentials_file", ""))
+    )
+    try:
+        stored = read_credentials(path)
+    except CredentialsError as error:
+        raise ConfigError(str(error)) from None
+    return {f"{name}_url": url for name, url in fill_urls(urls, stored).items()}
+
+
+def _credentials_file(data_dir: str, credentials_file: str) -> Path:
+    return credentials_path(
+        {"CHRONO_DATA_DIR": data_dir, "CHRONO_CREDENTIALS_FILE": credentials_file}
+    )
 
 
 @lru_cache(maxsize=1)

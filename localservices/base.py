@@ -81,11 +81,20 @@ class Service(Protocol):
     def answers(self) -> bool:
         """Whether Chrono's instance serves its URL, with the URL's credentials."""
 
+    def refuses_anonymous(self) -> bool:
+        """Whether the running server refuses clients without the URL's credentials: no
+        password, a wrong one, and the server's own well-known default login."""
+
+    def restart_reason(self) -> str | None:
+        """Why the running server must restart before it can require its credentials (it was
+        started by an older Chrono, say), or None when configuring it live is enough."""
+
     def start(self) -> None:
         """Prepare the data directory and launch the server; waiting is the caller's job."""
 
     def provision(self) -> None:
-        """Create the users, databases or virtual hosts the URL names, if missing."""
+        """Create the users, databases or virtual hosts the URL names, if missing, and make the
+        running server require the URL's credentials (idempotent)."""
 
     def stop(self) -> None:
         """Stop Chrono's instance cleanly; a no-op when it is not running."""
@@ -204,8 +213,11 @@ def run_command(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float = COMMAND_TIMEOUT_S,
+    input_text: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` (as ``user`` when given, the way ``runuser -u`` would) and capture output."""
+    """Run ``argv`` (as ``user`` when given, the way ``runuser -u`` would) and capture output;
+    ``input_text`` goes to its standard input (a secret, which a command line would show to
+    every local user in /proc)."""
     full_env = {**os.environ, **(env or {})}
     ids: dict[str, object] = {}
     if user is not None:
@@ -220,7 +232,7 @@ def run_command(
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
+            **({"input": input_text} if input_text is not None else {"stdin": subprocess.DEVNULL}),
             check=False,
             **ids,
         )
@@ -257,11 +269,26 @@ def chown_tree(path: Path, user: str) -> None:
             os.lchown(name, account.pw_uid, account.pw_gid)
 
 
-def write_owned(path: Path, text: str, *, user: str, mode: int = 0o644) -> None:
-    path.write_text(text)
-    path.chmod(mode)
+def write_owned(path: Path, text: str, *, user: str, mode: int = 0o644) -> bool:
+    """Write ``text`` to ``path`` owned by ``user`` with ``mode``; False when it already held
+    exactly that (nothing written, so a server watching the file sees no change)."""
     account = pwd.getpwnam(user)
-    os.chown(path, account.pw_uid, account.pw_gid)
+    with suppress(OSError):
+        status = path.stat()
+        if (
+            path.read_text() == text
+            and stat.S_IMODE(status.st_mode) == mode
+            and (status.st_uid, status.st_gid) == (account.pw_uid, account.pw_gid)
+        ):
+            return False
+    # Created with the final mode, then filled: a secret is never readable by others, not even
+    # for the moment between the write and a chmod.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(file.fileno(), mode)
+        os.fchown(file.fileno(), account.pw_uid, account.pw_gid)
+        file.write(text)
+    return True
 
 
 def render_template(template_name: str, **values: object) -> str:

@@ -1,7 +1,11 @@
-"""Where Chrono's own servers listen and keep their data, read once from the environment.
+"""Where Chrono's own servers listen, keep their data, and which credentials they require, read
+once from the environment.
 
 Each URL must name a loopback host: ``chrono services`` runs local instances only, so a URL that
-points elsewhere is refused with what to change rather than silently served from 127.0.0.1.
+points elsewhere is refused with what to change rather than silently served from 127.0.0.1. A
+URL without a password takes its service's user and password from the installation's
+credentials file (``chronocore.credentials``), the way every Chrono process does; ``up``
+generates what the file lacks first (``localservices.secrets``).
 """
 
 from __future__ import annotations
@@ -17,14 +21,21 @@ from chronocore.config import (
     DEFAULT_BROKER_URL,
     DEFAULT_DATABASE_URL,
     DEFAULT_REDIS_URL,
-    ChronoConfig,
+    DEFAULT_SEARCH_URL,
+)
+from chronocore.credentials import (
+    DEFAULT_DATA_DIR,
+    CredentialsError,
+    credentials_path,
+    fill_urls,
+    read_credentials,
 )
 from localservices.errors import ServiceConfigError
 
-DEFAULT_DATA_DIR = "/var/lib/chrono"
-# A dataclass keeps a field's default as a class attribute: this is ChronoConfig's own default.
-DEFAULT_SEARCH_URL: str = ChronoConfig.search_url
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
+# Chrono's RabbitMQ node; a second installation on the same host needs a name of its own
+# (CHRONO_RABBITMQ_NODE_NAME), since Erlang's port mapper knows one node per name.
+DEFAULT_RABBITMQ_NODE_NAME = "chrono@localhost"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +49,7 @@ class Endpoint:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     namespace: str
 
     @property
@@ -56,20 +67,47 @@ class ServicesConfig:
     redis: Endpoint
     broker: Endpoint
     search: Endpoint = field(default_factory=lambda: parse_search_url(DEFAULT_SEARCH_URL))
+    credentials_file: Path = field(default_factory=credentials_path)
+    rabbitmq_node_name: str = DEFAULT_RABBITMQ_NODE_NAME
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServicesConfig:
-        """Read ``CHRONO_DATA_DIR``, ``DATABASE_URL``, ``REDIS_URL``, ``BROKER_URL`` and
-        ``SEARCH_URL``."""
+        """Read ``CHRONO_DATA_DIR``, the four URLs (completed from the credentials file,
+        ``CHRONO_CREDENTIALS_FILE``) and ``CHRONO_RABBITMQ_NODE_NAME``."""
         env = os.environ if environ is None else environ
         data_dir = Path(env.get("CHRONO_DATA_DIR") or DEFAULT_DATA_DIR).absolute()
+        path = credentials_path(env)
+        try:
+            stored = read_credentials(path)
+        except CredentialsError as error:
+            raise ServiceConfigError(str(error)) from None
+        urls = fill_urls(service_urls(env), stored)
+        node_name = env.get("CHRONO_RABBITMQ_NODE_NAME") or DEFAULT_RABBITMQ_NODE_NAME
+        if "@" not in node_name:
+            raise ServiceConfigError(
+                f"CHRONO_RABBITMQ_NODE_NAME={node_name!r} must be NAME@HOST, e.g. chrono2@localhost"
+            )
         return cls(
             data_dir=data_dir,
-            database=parse_database_url(env.get("DATABASE_URL") or DEFAULT_DATABASE_URL),
-            redis=parse_redis_url(env.get("REDIS_URL") or DEFAULT_REDIS_URL),
-            broker=parse_broker_url(env.get("BROKER_URL") or DEFAULT_BROKER_URL),
-            search=parse_search_url(env.get("SEARCH_URL") or DEFAULT_SEARCH_URL),
+            database=parse_database_url(urls["database"]),
+            redis=parse_redis_url(urls["redis"]),
+            broker=parse_broker_url(urls["broker"]),
+            search=parse_search_url(urls["search"]),
+            credentials_file=path,
+            rabbitmq_node_name=node_name,
         )
+
+
+def service_urls(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The four URLs as the environment gives them (defaults for those it does not), before the
+    credentials file completes them."""
+    env = os.environ if environ is None else environ
+    return {
+        "database": env.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+        "redis": env.get("REDIS_URL") or DEFAULT_REDIS_URL,
+        "broker": env.get("BROKER_URL") or DEFAULT_BROKER_URL,
+        "search": env.get("SEARCH_URL") or DEFAULT_SEARCH_URL,
+    }
 
 
 def _split_local_url(
@@ -92,21 +130,23 @@ def _split_local_url(
 
 
 def parse_database_url(url: str, *, variable: str = "DATABASE_URL") -> Endpoint:
-    """Parse ``postgresql://user:password@127.0.0.1:5432/dbname``."""
+    """Parse ``postgresql://user[:password]@127.0.0.1:5432/dbname`` (without a password until
+    the credentials file has one)."""
     parts, port = _split_local_url(
         url, variable=variable, schemes=("postgresql", "postgres"), default_port=5432
     )
     database = unquote(parts.path.lstrip("/"))
-    if not (parts.username and parts.password and database):
+    if not (parts.username and database):
         raise ServiceConfigError(
-            f"{variable} needs a user, a password and a database name, e.g. "
-            f"postgresql://chrono:SECRET@127.0.0.1:{port}/chrono (TCP logins use passwords)"
+            f"{variable} needs a user and a database name, e.g. "
+            f"postgresql://chrono@127.0.0.1:{port}/chrono (the password comes from the "
+            "credentials file)"
         )
     return Endpoint(
         host=parts.hostname,
         port=port,
         user=unquote(parts.username),
-        password=unquote(parts.password),
+        password=unquote(parts.password or ""),
         namespace=database,
     )
 
@@ -132,30 +172,41 @@ def parse_redis_url(url: str, *, variable: str = "REDIS_URL") -> Endpoint:
 
 
 def parse_broker_url(url: str, *, variable: str = "BROKER_URL") -> Endpoint:
-    """Parse ``amqp://user:password@127.0.0.1:5672/vhost``; ``//`` is the vhost ``/``."""
+    """Parse ``amqp://[user[:password]@]127.0.0.1:5672/vhost``; ``//`` is the vhost ``/``.
+
+    ``guest`` is refused: ``up`` removes RabbitMQ's default user from Chrono's node.
+    """
     parts, port = _split_local_url(
         url, variable=variable, schemes=("amqp", "pyamqp"), default_port=5672
     )
+    user = unquote(parts.username or "")
+    if user == "guest":
+        raise ServiceConfigError(
+            f"{variable} logs in as guest, but `chrono services up` removes RabbitMQ's default "
+            f"user from Chrono's node: drop the user (amqp://127.0.0.1:{port}//, the credentials "
+            "file gives one) or name a user of your own"
+        )
     return Endpoint(
         host=parts.hostname,
         port=port,
-        user=unquote(parts.username or "guest"),
-        password=unquote(parts.password or "guest"),
+        user=user,
+        password=unquote(parts.password or ""),
         namespace=unquote(parts.path[1:]) or "/",
     )
 
 
 def parse_search_url(url: str, *, variable: str = "SEARCH_URL") -> Endpoint:
-    """Parse ``http://127.0.0.1:9200``: Chrono's search node speaks plain HTTP on loopback and
-    has no security plugin, so the URL carries no user, password or path."""
+    """Parse ``http://[user[:password]@]127.0.0.1:9200``: Chrono's search node speaks plain HTTP
+    on loopback with basic authentication, and serves from ``/``."""
     parts, port = _split_local_url(url, variable=variable, schemes=("http",), default_port=9200)
-    if parts.username or parts.password:
-        raise ServiceConfigError(
-            f"{variable} has a user or password, but Chrono's search node has no security "
-            f"plugin; use http://127.0.0.1:{port}"
-        )
     if parts.path.strip("/"):
         raise ServiceConfigError(
             f"{variable}={url!r}: the search node serves from /, so drop the path"
         )
-    return Endpoint(host=parts.hostname, port=port, user="", password="", namespace="")
+    return Endpoint(
+        host=parts.hostname,
+        port=port,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        namespace="",
+    )

@@ -1,10 +1,16 @@
 """Install, start, stop and report Chrono's own PostgreSQL, Redis, RabbitMQ and search engine.
 
-``up`` installs what is missing and starts, in order, every service of
-:func:`registered_services` that does not answer yet; ``down`` stops them in reverse order;
-``status`` prints one line per service. A server of the same kind that is not Chrono's and holds
-one of its ports (a Debian system instance started by apt, say) is stopped with a log line;
-anything else on a needed port is reported, never killed.
+``up`` first gives the credentials file a secret for every service whose URL has none
+(:mod:`localservices.secrets`), installs what is missing and brings up, in order, every service
+of :func:`registered_services` that does not both answer with its credentials and refuse
+clients without them: a stopped one is started, a running one is configured in place
+(``provision``), and one that cannot require credentials while it runs is restarted
+(``restart_reason``). So ``up`` brings an installation made before credentials existed to them,
+and a second ``up`` changes nothing. ``down`` stops the services in reverse order; ``status``
+prints one line per service; ``rotate`` gives services new passwords and applies them. A server
+of the same kind that is not Chrono's and holds one of its ports (a Debian system instance
+started by apt, say) is stopped with a log line; anything else on a needed port is reported,
+never killed.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from localservices.postgresql import PostgresService
 from localservices.rabbitmq import RabbitMQService
 from localservices.redis import RedisService
 from localservices.search import SearchService
+from localservices.secrets import SERVICE_NAMES, ensure_credentials, rotate_credentials
 
 
 def registered_services(config: ServicesConfig) -> list[Service]:
@@ -43,7 +50,11 @@ def registered_services(config: ServicesConfig) -> list[Service]:
     return [
         PostgresService(endpoint=config.database, data_dir=config.data_dir / "postgres"),
         RedisService(endpoint=config.redis, data_dir=config.data_dir / "redis"),
-        RabbitMQService(endpoint=config.broker, data_dir=config.data_dir / "rabbitmq"),
+        RabbitMQService(
+            endpoint=config.broker,
+            data_dir=config.data_dir / "rabbitmq",
+            node_name=config.rabbitmq_node_name,
+        ),
         SearchService(endpoint=config.search, data_dir=config.data_dir / "search"),
     ]
 
@@ -109,11 +120,21 @@ def _wait_until(
         time.sleep(POLL_INTERVAL_S)
 
 
+def secured(service: Service) -> bool:
+    """Whether ``service`` answers with its URL's credentials and refuses clients without."""
+    return service.answers() and service.refuses_anonymous()
+
+
 def bring_up(service: Service) -> None:
-    """Start ``service`` unless Chrono's instance already answers, then wait until it does."""
-    if service.answers():
-        log.info("%s already answers on %s", service.name, service.address)
+    """Make ``service`` answer with its URL's credentials and refuse clients without them:
+    nothing to do when it already does; else start it, or configure it where it runs, or
+    restart it when it cannot require credentials while it runs."""
+    if secured(service):
+        log.info("%s already answers on %s, with credentials", service.name, service.address)
         return
+    if service.running() and (reason := service.restart_reason()):
+        log.warning("restarting %s: %s", service.name, reason)
+        service.stop()
     was_running = service.running()
     if not was_running:
         free_ports(service)
@@ -128,15 +149,26 @@ def bring_up(service: Service) -> None:
             "run `chrono services down` and `up` again)"
         )
     _wait_until(service, service.answers, waiting_for=service.url_variable, hint=hint)
-    log.info("%s is up on %s", service.name, service.address)
+    if not service.refuses_anonymous():
+        raise ServiceStartError(
+            f"{service.name} on {service.address} still lets clients in without the "
+            f"credentials of {service.url_variable}; see its log {service.log_path}"
+        )
+    log.info("%s is up on %s, with credentials", service.name, service.address)
 
 
 def up(*, config: ServicesConfig | None = None) -> None:
-    """Install what is missing and start every service that does not answer yet."""
-    config = config or ServicesConfig.from_env()
+    """Generate missing credentials, install what is missing, and bring up every service that
+    does not answer with its credentials or still lets clients in without them.
+
+    With ``config`` given, its endpoints are used as they are (no credentials generated).
+    """
+    if config is None:
+        ensure_credentials()
+        config = ServicesConfig.from_env()
     services = registered_services(config)
-    if all(service.answers() for service in services):
-        log.info("all services already answer")
+    if all(secured(service) for service in services):
+        log.info("all services already answer, with credentials")
         return
     ensure_packages([package for service in services for package in service.packages])
     make_traversable(config.data_dir)
@@ -160,18 +192,44 @@ def status(*, config: ServicesConfig | None = None) -> dict[str, bool]:
     return answers
 
 
+def rotate(services: list[str]) -> None:
+    """New passwords for ``services`` (all when empty) in the credentials file, applied to the
+    running servers by ``up``. Chrono's processes read credentials when they start: restart
+    them afterwards."""
+    rotated = rotate_credentials(services)
+    if not rotated:
+        return
+    up()
+    log.warning(
+        "rotated the credentials of %s: restart every Chrono process (web, beat, workers, "
+        "reaper, indexer), which keep the old ones until they start again",
+        ", ".join(rotated),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m localservices up|down|status``; exit 1 on error or a service down."""
+    """``python -m localservices up|down|status|rotate``; exit 1 on error or a service down."""
     parser = argparse.ArgumentParser(prog="chrono services", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "rotate"))
+    parser.add_argument(
+        "services",
+        nargs="*",
+        metavar="SERVICE",
+        help=f"rotate only: which of {', '.join(SERVICE_NAMES)} (default: all)",
+    )
     args = parser.parse_args(argv)
+    if args.services and args.command != "rotate":
+        parser.error(f"{args.command} takes no service names; only rotate does")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s services: %(message)s", datefmt="%H:%M:%S"
     )
     try:
         if args.command == "status":
             return 0 if all(status().values()) else 1
-        (up if args.command == "up" else down)()
+        if args.command == "rotate":
+            rotate(args.services)
+        else:
+            (up if args.command == "up" else down)()
     except ServiceError as error:
         log.error("%s", error)
         return 1

@@ -1,7 +1,10 @@
 """Chrono's PostgreSQL cluster: initdb on first start, pg_ctl to start and stop, run as postgres.
 
 Its configuration is ``service_conf/postgresql.conf``, included from the cluster's own
-``postgresql.conf`` and rewritten on every ``up``.
+``postgresql.conf``, and ``service_conf/pg_hba.conf`` (a password for every TCP login), both
+rewritten on every ``up``. ``provision`` sets the role's password to the one of
+``DATABASE_URL`` (from the credentials file) over the Unix socket, and reloads the cluster when
+``pg_hba.conf`` changed: an existing cluster gets its credentials without a restart.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from localservices.config import Endpoint
 from localservices.errors import ServiceStartError, ServiceStopError
 
 POSTGRES_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+# Under Debian's conventional home of system users that have none.
+NO_PASSFILE = "/nonexistent/.pgpass"
 
 
 @dataclass(kw_only=True)
@@ -95,26 +100,43 @@ class PostgresService:
         postmaster = self.pid()
         if postmaster is None or not holds_port(postmaster, self.endpoint.port):
             return False
+        return self._tcp_login(self.endpoint.user, self.endpoint.password) is None
+
+    def _tcp_login(self, user: str, password: str) -> str | None:
+        """Log in over TCP as ``user``; None when it worked, else the refusal.
+
+        ``passfile`` names no file, so that a ~/.pgpass cannot stand in for a missing password
+        (/dev/null would do too, but libpq warns that it is not a plain file).
+        """
         e = self.endpoint
         try:
             with psycopg.connect(
                 host=e.host,
                 port=e.port,
-                user=e.user,
-                password=e.password,
+                user=user,
+                password=password,
                 dbname=e.namespace,
+                passfile=NO_PASSFILE,
                 connect_timeout=int(PROBE_TIMEOUT_S),
             ) as conn:
                 conn.execute("SELECT 1")
-        except psycopg.Error:
-            return False
-        return True
+        except psycopg.Error as error:
+            return str(error).strip() or type(error).__name__
+        return None
+
+    def refuses_anonymous(self) -> bool:
+        e = self.endpoint
+        attempts = {(e.user, ""), (e.user, e.password + "-wrong"), (e.user, "chrono"),
+                    ("postgres", ""), ("postgres", "postgres")} - {(e.user, e.password)}
+        return all(self._tcp_login(user, password) is not None for user, password in attempts)
+
+    def restart_reason(self) -> str | None:
+        return None  # passwords and pg_hba.conf change with a reload
 
     def start(self) -> None:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
-        conf = render_template("postgresql.conf", port=self.endpoint.port, socket_dir=self.data_dir)
-        write_owned(self.data_dir / "chrono.conf", conf, user=self.os_user)
+        self._write_config()
         log.info("starting postgresql (pg_ctl, log %s)", self.log_path)
         result = run_command(
             [
@@ -167,8 +189,31 @@ class PostgresService:
                 "include_if_exists = 'chrono.conf'\n"
             )
 
+    def _write_config(self) -> bool:
+        """Write chrono.conf and pg_hba.conf; True when either changed."""
+        conf = render_template("postgresql.conf", port=self.endpoint.port, socket_dir=self.data_dir)
+        conf_changed = write_owned(self.data_dir / "chrono.conf", conf, user=self.os_user)
+        hba_changed = write_owned(
+            self.data_dir / "pg_hba.conf",
+            render_template("pg_hba.conf"),
+            user=self.os_user,
+            mode=0o600,
+        )
+        return conf_changed or hba_changed
+
     def provision(self) -> None:
+        if not self.endpoint.password:
+            raise ServiceStartError(
+                "DATABASE_URL has no password and the credentials file none for its user; "
+                "run `chrono services up` (it generates one) or give one in DATABASE_URL"
+            )
         try:
+            if self._write_config():
+                # pg_hba.conf (a password for every TCP login) and password_encryption apply
+                # at a reload; settings that need a restart wait for the next start.
+                log.info("postgresql: configuration rewritten; reloading")
+                with self._admin_connection() as conn:
+                    conn.execute("SELECT pg_reload_conf()")
             self._create_role_and_database()
         except psycopg.Error as error:
             raise ServiceStartError(
@@ -182,7 +227,8 @@ class PostgresService:
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (e.user,)).fetchone()
             verb = "ALTER" if exists else "CREATE"
             log.info(
-                "%s postgresql role %s (LOGIN CREATEDB, password from DATABASE_URL)",
+                "%s postgresql role %s (LOGIN CREATEDB, the password of DATABASE_URL or the "
+                "credentials file)",
                 "updating" if exists else "creating",
                 e.user,
             )

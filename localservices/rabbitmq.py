@@ -1,7 +1,16 @@
-"""Chrono's RabbitMQ node ``chrono@localhost``, beside (never inside) a system RabbitMQ node."""
+"""Chrono's RabbitMQ node ``chrono@localhost``, beside (never inside) a system RabbitMQ node.
+
+The node's users are administered with ``rabbitmqctl`` (the Erlang cookie of the rabbitmq user,
+no password): ``provision`` gives the user of ``BROKER_URL`` its password (from the credentials
+file) and full rights on its virtual host, and deletes ``guest``, which a node creates at its
+first boot. All of it applies to a running node; nothing restarts.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import pwd
 import signal
@@ -26,14 +35,41 @@ from localservices.base import (
     terminate,
     write_owned,
 )
-from localservices.config import Endpoint
+from localservices.config import DEFAULT_RABBITMQ_NODE_NAME, Endpoint
 from localservices.errors import ServiceStartError, ServiceStopError
 
 RABBITMQ_BIN_DIR = Path("/usr/lib/rabbitmq/bin")
-RABBITMQ_NODE_NAME = "chrono@localhost"
+RABBITMQ_NODE_NAME = DEFAULT_RABBITMQ_NODE_NAME
+DEFAULT_USER = "guest"
 # Chrono's node must not join the system node's Erlang distribution on 25672.
 RABBITMQ_DIST_PORT_OFFSET = 20000
 ERLANG_LOOPBACK_ARGS = "-kernel inet_dist_use_interface {127,0,0,1}"
+
+
+def password_hash(password: str, *, salt: bytes | None = None) -> str:
+    """RabbitMQ's ``rabbit_password_hashing_sha256`` form: base64(salt + SHA-256(salt +
+    password)), with a 4-byte salt as RabbitMQ's own hashing uses."""
+    salt = os.urandom(4) if salt is None else salt
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+
+def user_definitions(user: str, password: str, vhost: str) -> dict[str, object]:
+    """Definitions (``rabbitmqctl import_definitions``) of ``vhost`` and of ``user``, with
+    ``password`` and every right on ``vhost``."""
+    return {
+        "users": [
+            {
+                "name": user,
+                "password_hash": password_hash(password),
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": [],
+            }
+        ],
+        "vhosts": [{"name": vhost}],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+    }
 
 
 @dataclass(kw_only=True)
@@ -112,14 +148,15 @@ class RabbitMQService:
         return pid is not None and holds_port(pid, self.endpoint.port)
 
     def answers(self) -> bool:
-        if not self.ready():
-            return False
-        e = self.endpoint
+        return self.ready() and self._login(self.endpoint.user, self.endpoint.password)
+
+    def _login(self, user: str, password: str) -> bool:
+        """Whether ``user`` with ``password`` may open a connection to the URL's vhost."""
         connection = amqp.Connection(
-            host=e.address,
-            userid=e.user,
-            password=e.password,
-            virtual_host=e.namespace,
+            host=self.endpoint.address,
+            userid=user,
+            password=password,
+            virtual_host=self.endpoint.namespace,
             connect_timeout=PROBE_TIMEOUT_S,
         )
         try:
@@ -129,6 +166,14 @@ class RabbitMQService:
         with suppress(OSError, amqp.exceptions.AMQPError):
             connection.close()
         return True
+
+    def refuses_anonymous(self) -> bool:
+        e = self.endpoint
+        attempts = [(DEFAULT_USER, DEFAULT_USER), (e.user, e.password + "-wrong"), (e.user, "")]
+        return self.ready() and not any(self._login(*attempt) for attempt in attempts)
+
+    def restart_reason(self) -> str | None:
+        return None  # users and passwords change on the running node
 
     def start(self) -> None:
         d = self.data_dir
@@ -173,6 +218,7 @@ class RabbitMQService:
         self,
         *args: str,
         timeout_s: float = COMMAND_TIMEOUT_S,
+        input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``rabbitmqctl -n chrono@localhost ARGS`` as the rabbitmq user."""
         return run_command(
@@ -181,25 +227,58 @@ class RabbitMQService:
             cwd=self.data_dir,
             env=self._env(),
             timeout_s=timeout_s,
+            input_text=input_text,
         )
 
     def provision(self) -> None:
         e = self.endpoint
-        if (e.user, e.password, e.namespace) == ("guest", "guest", "/"):
-            return  # the node creates guest/guest with full rights on "/" at first boot
-        log.info("making sure rabbitmq has vhost %r and user %r", e.namespace, e.user)
-        if e.namespace not in self.ctl("-q", "list_vhosts", "name").stdout.split():
-            self._ctl_checked("add_vhost", e.namespace)
-        users = [
-            line.split()[0]
-            for line in self.ctl("-q", "list_users").stdout.splitlines()
-            if line.strip()
-        ]
-        if e.user in users:
-            self._ctl_checked("change_password", e.user, e.password)
-        else:
-            self._ctl_checked("add_user", e.user, e.password)
-        self._ctl_checked("set_permissions", "-p", e.namespace, e.user, ".*", ".*", ".*")
+        if not (e.user and e.password):
+            raise ServiceStartError(
+                "BROKER_URL has no user and password and the credentials file none; run "
+                "`chrono services up` (it generates them) or give them in BROKER_URL"
+            )
+        self._check_ctl_reaches_this_node()
+        log.info(
+            "rabbitmq: vhost %r, user %r with the password of BROKER_URL or the credentials file",
+            e.namespace,
+            e.user,
+        )
+        # As definitions on standard input, with the password hashed: `add_user` and
+        # `change_password` take it on their command line, which every local user can read in
+        # /proc while they run. An import adds the user or replaces its password hash.
+        result = self.ctl(
+            "import_definitions", "--format", "json",  # no file: standard input
+            input_text=json.dumps(user_definitions(e.user, e.password, e.namespace)),
+        )
+        if result.returncode != 0:
+            raise ServiceStartError(f"rabbitmqctl import_definitions failed: {output_tail(result)}")
+        users = self._users()
+        if DEFAULT_USER in users:
+            log.info("rabbitmq: deleting the default user guest")
+            self._ctl_checked("delete_user", DEFAULT_USER)
+
+    def _users(self) -> list[str]:
+        """The names of the node's users."""
+        listed = self.ctl("-q", "list_users")
+        if listed.returncode != 0:
+            raise ServiceStartError(f"rabbitmqctl list_users failed: {output_tail(listed)}")
+        return [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+
+    def _check_ctl_reaches_this_node(self) -> None:
+        """Refuse to administer a node other than the one of this data directory.
+
+        Erlang's port mapper knows one node per name and host, so a second installation started
+        under the same node name never boots, while ``rabbitmqctl -n NAME`` would reach, and
+        change, the first installation's node.
+        """
+        answer = self.ctl("eval", "os:getpid().")
+        reached = answer.stdout.strip().strip('"')
+        if answer.returncode != 0 or reached != str(self.pid()):
+            raise ServiceStartError(
+                f"rabbitmqctl -n {self.node_name} reaches OS process {reached or '?'}, not the "
+                f"node of {self.data_dir} (pid {self.pid()}): another installation uses that "
+                "node name; give this one its own with CHRONO_RABBITMQ_NODE_NAME"
+            )
 
     def _ctl_checked(self, *args: str) -> None:
         result = self.ctl(*args)

@@ -11,10 +11,20 @@ copy means a rebuild never swaps jars under a running node, and the node's user 
 to the source tree. As root, the node runs as the ``chrono-search`` system user (created when
 missing), like the other servers run as theirs: OpenSearch refuses root in its own start script,
 since a node runs scripts and plugins with its user's rights.
+
+Credentials: the launcher's ``ChronoAuthPlugin`` asks every HTTP request for basic
+authentication as a user of its users file (``$CHRONO_DATA_DIR/search/http-users``: the user of
+``SEARCH_URL`` with a salted SHA-256 of its password, mode 0600, the node's user's), and its
+transport port serves no peer. The node reads the file again when it changes, so ``provision``
+changes the password of a running node; a node an older Chrono started has no users file and
+must restart (``restart_reason``). Why not OpenSearch's security plugin: see the plugin's
+Javadoc (mandatory transport TLS, a security index and its admin tool, forty more jars).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import pwd
@@ -22,7 +32,9 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +49,7 @@ from localservices.base import (
     read_pid,
     run_command,
     terminate,
+    write_owned,
 )
 from localservices.config import Endpoint
 from localservices.errors import ServiceStartError, ServiceStopError
@@ -52,6 +65,8 @@ HEAP = "512m"
 # The node-to-node transport listens next to HTTP: 9300 for 9200, as in a stock node.
 TRANSPORT_PORT_OFFSET = 100
 HEALTHY = frozenset({"green", "yellow"})
+USERS_FILE = "http-users"
+SALT_BYTES = 16
 # Neither an HTTP proxy from the environment nor anything else stands between a probe and the
 # node on loopback.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -107,6 +122,26 @@ def install_build(launcher_dir: Path, install_dir: Path) -> None:
     for part in ("classes", "lib"):
         shutil.copytree(launcher_dir / "target" / part, install_dir / part)
     shutil.copy2(stamp, installed)  # last: a half-done copy is never taken for a whole one
+
+
+def users_file_line(user: str, password: str, *, salt: bytes | None = None) -> str:
+    """One line of the node's users file: ``USER:sha256:SALT_HEX:DIGEST_HEX`` with DIGEST =
+    SHA-256(SALT + password), as ``UsersFile.java`` reads it."""
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
+    return f"{user}:sha256:{salt.hex()}:{hashlib.sha256(salt + password.encode()).hexdigest()}"
+
+
+def users_file_admits(text: str, user: str, password: str) -> bool:
+    """Whether a users file's text lets ``user`` in with ``password``."""
+    for line in text.splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 4 and parts[0] == user and parts[1] == "sha256":
+            try:
+                salt = bytes.fromhex(parts[2])
+            except ValueError:
+                return False
+            return users_file_line(user, password, salt=salt) == line.strip()
+    return False
 
 
 def ensure_os_user(user: str) -> None:
@@ -203,26 +238,70 @@ class SearchService:
         launched = self._launcher is not None and self._launcher.poll() is None
         return launched or self.pid() is not None
 
-    def _get(self, path: str) -> dict | None:
-        """The JSON body of ``GET path``, or None when the node does not answer with one."""
+    @property
+    def users_file(self) -> Path:
+        return self.data_dir / USERS_FILE
+
+    def _request(self, path: str, *, password: str | None) -> tuple[int, dict | None]:
+        """``GET path`` as the URL's user with ``password`` (None: no credentials): the status
+        and the JSON body, or ``(0, None)`` when the node does not answer."""
+        request = urllib.request.Request(f"http://{self.address}{path}")
+        if password is not None:
+            token = base64.b64encode(f"{self.endpoint.user}:{password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
         try:
-            with _DIRECT.open(f"http://{self.address}{path}", timeout=PROBE_TIMEOUT_S) as reply:
-                return json.load(reply)
-        except (OSError, ValueError):  # URLError and HTTPError are OSErrors
-            return None
+            with _DIRECT.open(request, timeout=PROBE_TIMEOUT_S) as reply:
+                return reply.status, json.load(reply)
+        except urllib.error.HTTPError as error:
+            error.close()
+            return error.code, None
+        except (OSError, ValueError):  # URLError is an OSError
+            return 0, None
+
+    def _listening(self) -> bool:
+        pid = self.pid()
+        return pid is not None and holds_port(pid, self.endpoint.port)
 
     def ready(self) -> bool:
-        pid = self.pid()
-        if pid is None or not holds_port(pid, self.endpoint.port):
-            return False
-        return self._get("/") is not None
+        """Up, whether or not it takes the URL's password yet (``provision`` sets it)."""
+        return self._listening() and self._request("/", password=None)[0] in (200, 401)
 
     def answers(self) -> bool:
-        pid = self.pid()
-        if pid is None or not holds_port(pid, self.endpoint.port):
+        if not self._listening():
             return False
-        health = self._get("/_cluster/health")
-        return health is not None and health.get("status") in HEALTHY
+        status, health = self._request("/_cluster/health", password=self.endpoint.password)
+        return status == 200 and health is not None and health.get("status") in HEALTHY
+
+    def refuses_anonymous(self) -> bool:
+        if not self._listening():
+            return False
+        wrong = self.endpoint.password + "-wrong"
+        return all(self._request("/", password=p)[0] == 401 for p in (None, wrong))
+
+    def restart_reason(self) -> str | None:
+        if self._listening() and self._request("/", password=None)[0] == 200:
+            return "it answers without credentials (an older Chrono started it with no users file)"
+        return None
+
+    def _node_user(self) -> str:
+        """The user the node runs as: its own as root, else whoever runs ``up``."""
+        return self.os_user if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+
+    def _write_users_file(self) -> bool:
+        """Give the node the URL's user and password; False when its file already admits them
+        (left as it is, so the node reads nothing new)."""
+        e = self.endpoint
+        if not (e.user and e.password):
+            raise ServiceStartError(
+                "SEARCH_URL has no user and password and the credentials file none; run "
+                "`chrono services up` (it generates them) or give them in SEARCH_URL"
+            )
+        with suppress(OSError):
+            if users_file_admits(self.users_file.read_text(), e.user, e.password):
+                return False
+        line = users_file_line(e.user, e.password)
+        text = f"# Written by `chrono services up` from SEARCH_URL's user; see search.py.\n{line}\n"
+        return write_owned(self.users_file, text, user=self._node_user(), mode=0o600)
 
     def start(self) -> None:
         if build_is_stale(self.launcher_dir):
@@ -230,10 +309,12 @@ class SearchService:
         for directory in (self.data_dir, self.data_dir / "logs", self.data_dir / "tmp"):
             directory.mkdir(mode=0o750, exist_ok=True)
         install_build(self.launcher_dir, self.install_dir)
+        if os.geteuid() == 0:
+            ensure_os_user(self.os_user)
+        self._write_users_file()
         env = {**os.environ, "HOME": str(self.data_dir)}
         ids: dict[str, object] = {}
         if os.geteuid() == 0:
-            ensure_os_user(self.os_user)
             chown_tree(self.data_dir, self.os_user)
             account = pwd.getpwnam(self.os_user)
             env.update(USER=self.os_user, LOGNAME=self.os_user)
@@ -278,10 +359,15 @@ class SearchService:
             str(self.endpoint.port),
             "--transport-port",
             str(self.transport_port),
+            "--users-file",
+            str(self.users_file),
         ]
 
     def provision(self) -> None:
-        """Nothing to create: index templates and data streams are the client's business."""
+        """Give the node the URL's user and password (it reads its users file again within a
+        second); index templates and data streams are the client's business."""
+        if self._write_users_file():
+            log.info("search: users file %s written for the user of SEARCH_URL", self.users_file)
 
     def stop(self) -> None:
         pid = self.pid()

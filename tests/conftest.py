@@ -4,6 +4,10 @@ The tests use Redis database ``CHRONO_TEST_REDIS_DB`` (15; flushed by the fixtur
 clean store) so a demo running on database 0 of the same server keeps its timers; set it and
 ``CHRONO_TEST_DATABASE_NAME`` to run two test sessions side by side. A service that does not
 answer fails the run with what to do; nothing is ever skipped.
+
+The services' credentials are found as every Chrono process finds them: ``chronocore.config``
+completes the URLs (REDIS_URL as rewritten below included) from the installation's credentials
+file, and the processes the fixtures start read it themselves.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ queue declared as the beat declares it: a quorum queue on the ``chrono.dispatch`
 Celery beat; ``chrono import-beat examples.billing.celery:app`` turns it into Chrono cron jobs.
 
 In a real project ``DJANGO_SETTINGS_MODULE`` names the project's settings, with Chrono's apps
-installed and its database configured; this example borrows Chrono's own settings.
+installed and its database configured, and the broker URL is the project's own; this example
+borrows Chrono's settings and broker URL (``BROKER_URL``, with the local credentials file's user
+and password when it carries none).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
+from chronocore.config import get_config  # noqa: E402
 from scheduler.queues import chrono_queue  # noqa: E402
 
 # The queue Chrono dispatches billing jobs to. Give Chrono jobs a queue of their own: an existing
@@ -28,7 +31,7 @@ QUEUE = os.environ.get("BILLING_QUEUE", "billing")
 
 app = Celery("billing", task_cls="scheduler.worker:ChronoTask", include=["examples.billing.tasks"])
 app.conf.update(
-    broker_url=os.environ.get("BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"),
+    broker_url=get_config().broker_url,
     timezone="Europe/Paris",
     task_serializer="json",
     accept_content=["json"],

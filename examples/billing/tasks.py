@@ -8,11 +8,11 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import redis
 from celery import shared_task
 
+from chronocore.config import get_config
 from examples.billing.celery import QUEUE, app
 from scheduler.decorators import chrono_job
 
@@ -24,7 +24,7 @@ REMINDER_TTL_S = 30 * 24 * 3600
 
 
 def _ledger() -> redis.Redis:
-    return redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    return redis.Redis.from_url(get_config().redis_url)
 
 
 @chrono_job(cron="0 6 1 * *", timezone="Europe/Paris", queue=QUEUE, misfire="fire_once",

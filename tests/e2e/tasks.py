@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import redis
 from celery.signals import task_prerun
 
 from chronoadmin.celery import app
+from chronocore.config import get_config
 
 RUNS_KEY = "e2e:runs"
 DELIVERIES_KEY = "e2e:deliveries"
@@ -24,7 +24,8 @@ ATTEMPTS_KEY = "e2e:attempts"
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["REDIS_URL"])
+    # The process's config: REDIS_URL (the tests' database) with the credentials file's password.
+    return redis.Redis.from_url(get_config().redis_url)
 
 
 @task_prerun.connect

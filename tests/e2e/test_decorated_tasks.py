@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from chronocore.config import get_config
 from examples.billing.tasks import REMINDER_KEY, close_month, send_invoice_reminder
 from localservices.processes import REPO_ROOT, ChronoProcess
 from reaper.models import Worker
@@ -65,8 +66,10 @@ def test_the_apps_own_celery_worker_runs_and_records_a_decorated_task(platform, 
 def _start_celery_worker(platform, hostname: str, log_path) -> ChronoProcess:
     """``celery -A examples.billing.celery:app worker``: the app's own worker, not Chrono's,
     consuming the test queue (BILLING_QUEUE) and stopped with the platform."""
+    # Celery's own command line reads BROKER_URL from the environment over the app's
+    # broker_url, so the app's operator gives it with its credentials.
     env = {**os.environ, **platform.group.env, "BILLING_QUEUE": platform.queue,
-           "PYTHONUNBUFFERED": "1"}
+           "BROKER_URL": get_config().broker_url, "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log_file:
         popen = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "examples.billing.celery:app", "worker",

@@ -6,6 +6,7 @@ service that does not answer fails the run (``services_up``), it is never skippe
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -178,6 +179,7 @@ def test_search_node_is_opensearch_in_cluster_chrono_with_green_or_yellow_health
         "org.opensearch.transport.Netty4Plugin",
         "org.opensearch.analysis.common.CommonAnalysisPlugin",
         "org.opensearch.painless.PainlessPlugin",
+        "chrono.search.ChronoAuthPlugin",
     }
 
 
@@ -223,7 +225,8 @@ def test_the_launcher_build_is_stale_until_built_and_again_when_a_source_changes
 def test_the_real_launcher_sources_are_the_pom_and_the_java_main():
     sources = search_service.launcher_sources(search_service.LAUNCHER_DIR)
     names = {path.name for path in sources}
-    assert {"pom.xml", "ChronoSearchNode.java", "log4j2.properties"} <= names
+    assert {"pom.xml", "ChronoSearchNode.java", "ChronoAuthPlugin.java", "UsersFile.java",
+            "log4j2.properties"} <= names
 
 
 def _age(*paths: Path, seconds: float) -> None:
@@ -239,35 +242,59 @@ def _free_port() -> int:
 
 
 def _get_json(config: localservices.ServicesConfig, path: str) -> object:
-    url = f"http://{config.search.address}{path}"
-    with urllib.request.urlopen(url, timeout=10) as reply:
+    e = config.search
+    request = urllib.request.Request(f"http://{e.address}{path}")
+    token = base64.b64encode(f"{e.user}:{e.password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 (loopback)
         return json.load(reply)
 
 
-def test_search_url_must_be_plain_http_on_loopback_without_credentials():
+def test_search_url_must_be_plain_http_on_loopback_and_may_carry_credentials():
     endpoint = localservices.parse_search_url("http://127.0.0.1:9200")
-    assert (endpoint.host, endpoint.port) == ("127.0.0.1", 9200)
+    assert (endpoint.host, endpoint.port, endpoint.user, endpoint.password) == (
+        "127.0.0.1", 9200, "", "")
     assert localservices.parse_search_url("http://localhost").port == 9200
-    with pytest.raises(localservices.ServiceConfigError, match="no security plugin"):
-        localservices.parse_search_url("http://elastic:secret@127.0.0.1:9200")
+    given = localservices.parse_search_url("http://chrono:s%40cret@127.0.0.1:9200")
+    assert (given.user, given.password) == ("chrono", "s@cret")
     with pytest.raises(localservices.ServiceConfigError, match="scheme"):
         localservices.parse_search_url("https://127.0.0.1:9200")
     with pytest.raises(localservices.ServiceConfigError, match="point it at 127.0.0.1"):
         localservices.parse_search_url("http://search.internal:9200")
 
 
-def test_search_url_default_is_the_one_of_chrono_config():
+def test_search_url_default_is_the_one_of_chrono_config(tmp_path):
     from chronocore.config import load_config
 
-    assert localservices.DEFAULT_SEARCH_URL == load_config({}).search_url == "http://127.0.0.1:9200"
-    assert load_config({"SEARCH_URL": "http://127.0.0.1:9201"}).search_url.endswith(":9201")
+    no_file = {"CHRONO_CREDENTIALS_FILE": str(tmp_path / "none.env")}
+    assert localservices.DEFAULT_SEARCH_URL == load_config(no_file).search_url
+    assert load_config(no_file).search_url == "http://127.0.0.1:9200"
+    assert load_config({**no_file, "SEARCH_URL": "http://127.0.0.1:9201"}).search_url.endswith(
+        ":9201")
 
 
 def test_broker_url_with_double_slash_names_the_root_virtual_host():
-    endpoint = localservices.parse_broker_url("amqp://guest:guest@127.0.0.1:5672//")
-    assert (endpoint.user, endpoint.namespace, endpoint.port) == ("guest", "/", 5672)
+    endpoint = localservices.parse_broker_url("amqp://chrono:secret@127.0.0.1:5672//")
+    assert (endpoint.user, endpoint.namespace, endpoint.port) == ("chrono", "/", 5672)
+
+
+def test_a_broker_url_logging_in_as_guest_is_refused_since_up_removes_guest():
+    with pytest.raises(localservices.ServiceConfigError, match="removes RabbitMQ's default user"):
+        localservices.parse_broker_url("amqp://guest:guest@127.0.0.1:5672//")
 
 
 def test_a_url_for_another_host_is_refused_with_what_to_change():
     with pytest.raises(localservices.ServiceConfigError, match="point it at 127.0.0.1"):
         localservices.parse_database_url("postgresql://chrono:chrono@db.internal:5432/chrono")
+
+
+def test_rabbitmq_provision_refuses_a_node_of_another_data_directory(service_by_name, tmp_path):
+    """Two installations cannot share a node name: ``rabbitmqctl -n NAME`` would reach, and
+    change, the other's node, so provisioning checks the node it reaches is its own first."""
+    running = service_by_name["rabbitmq"]
+    users_before = running._users()
+    impostor = localservices.RabbitMQService(
+        endpoint=running.endpoint, data_dir=tmp_path, node_name=running.node_name)
+    with pytest.raises(localservices.ServiceStartError, match="CHRONO_RABBITMQ_NODE_NAME"):
+        impostor.provision()
+    assert running._users() == users_before

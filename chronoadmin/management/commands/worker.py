@@ -49,6 +49,11 @@ class Command(BaseCommand):
         queues = (options["queues"] or get_config().default_queue).split(",")
         app.conf.task_queues = [chrono_queue(name.strip()) for name in queues if name.strip()]
         argv = [
+            # Celery's command line takes BROKER_URL from the environment and prefers it to the
+            # app's broker_url: as given there, a URL may lack the password that Chrono's config
+            # completed from the credentials file. This argv never reaches the process's own
+            # command line (worker_main parses it in-process), so the password does not show.
+            f"--broker={get_config().broker_url}",
             "worker",
             f"--queues={','.join(q.name for q in app.conf.task_queues)}",
             f"--concurrency={options['concurrency']}",

@@ -32,11 +32,16 @@ import org.opensearch.transport.Netty4Plugin;
  *
  * <pre>
  * java -Xms512m -Xmx512m -Djava.io.tmpdir=DATA/tmp -cp 'target/classes:target/lib/*' \
- *     chrono.search.ChronoSearchNode --data-dir DATA [--http-port 9200] [--transport-port 9300]
+ *     chrono.search.ChronoSearchNode --data-dir DATA [--http-port 9200] [--transport-port 9300] \
+ *     [--users-file FILE]
  * </pre>
  *
  * Every option can also come from the environment: {@code CHRONO_SEARCH_DATA_DIR},
- * {@code CHRONO_SEARCH_HTTP_PORT}, {@code CHRONO_SEARCH_TRANSPORT_PORT}. The data directory holds
+ * {@code CHRONO_SEARCH_HTTP_PORT}, {@code CHRONO_SEARCH_TRANSPORT_PORT},
+ * {@code CHRONO_SEARCH_USERS_FILE}. With a users file every HTTP request needs basic
+ * authentication as one of its users and the transport port serves nobody ({@link
+ * ChronoAuthPlugin}); without one the node is open to every local process, and logs a warning
+ * saying so ({@code chrono services up} always gives one). The data directory holds
  * {@code data/}, {@code config/} and {@code logs/chrono-search.log}. SIGTERM closes the node
  * cleanly (a shutdown hook), so the next start does not have to recover its shards.
  */
@@ -62,7 +67,7 @@ public final class ChronoSearchNode {
     }
 
     /** What the command line and environment ask for. */
-    record Options(Path dataDir, int httpPort, int transportPort) {
+    record Options(Path dataDir, int httpPort, int transportPort, Path usersFile) {
 
         static Options parse(String[] args, Map<String, String> env) {
             Map<String, String> given = new HashMap<>();
@@ -72,6 +77,7 @@ public final class ChronoSearchNode {
                 "--transport-port",
                 env.getOrDefault("CHRONO_SEARCH_TRANSPORT_PORT", "" + DEFAULT_TRANSPORT_PORT)
             );
+            given.put("--users-file", env.get("CHRONO_SEARCH_USERS_FILE"));
             for (int i = 0; i < args.length; i++) {
                 if (!given.containsKey(args[i]) || i + 1 == args.length) {
                     throw new IllegalArgumentException("unknown option or missing value: " + args[i] + "\n" + usage());
@@ -84,8 +90,13 @@ public final class ChronoSearchNode {
             return new Options(
                 Path.of(given.get("--data-dir")).toAbsolutePath(),
                 port(given, "--http-port"),
-                port(given, "--transport-port")
+                port(given, "--transport-port"),
+                blank(given.get("--users-file")) ? null : Path.of(given.get("--users-file")).toAbsolutePath()
             );
+        }
+
+        private static boolean blank(String value) {
+            return value == null || value.isBlank();
         }
 
         private static int port(Map<String, String> given, String option) {
@@ -101,7 +112,8 @@ public final class ChronoSearchNode {
         }
 
         static String usage() {
-            return "usage: ChronoSearchNode --data-dir DIR [--http-port 9200] [--transport-port 9300]";
+            return "usage: ChronoSearchNode --data-dir DIR [--http-port 9200] [--transport-port 9300] "
+                + "[--users-file FILE]";
         }
 
         Path logFile() {
@@ -123,6 +135,10 @@ public final class ChronoSearchNode {
             .put("discovery.type", "single-node")
             // One node on a shared developer disk: a fuller disk must not turn indices read-only.
             .put("cluster.routing.allocation.disk.threshold_enabled", false)
+            .put(
+                ChronoAuthPlugin.USERS_FILE.getKey(),
+                options.usersFile() == null ? "" : options.usersFile().toString()
+            )
             .build();
     }
 
@@ -159,8 +175,17 @@ public final class ChronoSearchNode {
             // Built here, not before: a node that cannot lock its data directory throws here.
             Node node = new ClasspathPluginNode(
                 environment,
-                List.of(Netty4Plugin.class, CommonAnalysisPlugin.class, PainlessPlugin.class)
+                List.of(
+                    Netty4Plugin.class,
+                    CommonAnalysisPlugin.class,
+                    PainlessPlugin.class,
+                    ChronoAuthPlugin.class
+                )
             );
+            if (options.usersFile() == null) {
+                LogManager.getLogger(ChronoSearchNode.class)
+                    .warn("no --users-file: the node answers every local process without credentials");
+            }
             Runtime.getRuntime().addShutdownHook(new Thread(() -> close(node, closed), "chrono-search-shutdown"));
             node.start();
         } catch (Exception | LinkageError e) {
