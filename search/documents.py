@@ -9,6 +9,7 @@ Platform events (a worker up or down) have no tenant: their ``chrono.tenant_id``
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -102,8 +103,10 @@ def build_document(row: OutboxRow, *, namespace: str) -> dict[str, Any]:
         event["type"] = [spec.kind_of_change]
     if isinstance(duration_us, int | float):
         event["duration"] = int(duration_us) * 1000  # ECS: nanoseconds
+    if isinstance(reason, dict):  # a structured reason ({"code", "text", ...}): ECS wants text
+        reason = reason.get("text") or json.dumps(reason, sort_keys=True)
     if reason:
-        event["reason"] = reason
+        event["reason"] = str(reason)
 
     document: dict[str, Any] = {
         "@timestamp": _iso(row.occurred_at),

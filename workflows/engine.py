@@ -669,9 +669,11 @@ def _transition_audits(run: WorkflowRun, evaluations: Sequence[Evaluation],
                 task_job_id(run.run_id, t.ref, t.attempt) if t.attempt else None, by,
                 f"Workflow run {run_id}: step {step} {t.before} -> {t.after}"
                 + (f" ({t.reason.text})" if t.reason else ""),
+                # ECS's event.reason is text: the reason's code goes beside it.
                 {"run_id": run_id, "workflow": run.name, "step": step, "before": str(t.before),
                  "after": str(t.after), "attempt": t.attempt,
-                 "reason": reason_to_json(t.reason)}))
+                 "reason": t.reason.text if t.reason else None,
+                 "reason_code": t.reason.code if t.reason else None}))
     return rows
 
 

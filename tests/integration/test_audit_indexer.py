@@ -130,6 +130,33 @@ def test_a_document_the_engine_refuses_is_shipped_reduced_and_nothing_is_lost(
     assert "tags" not in doc
 
 
+def test_a_workflow_step_transition_with_a_reason_is_indexed_whole(
+    tenant, indexer, search_client, audit_stream
+):
+    """The engine's step rows carry a waiting or failure reason: its text is ECS's
+    ``event.reason`` (a keyword) and its code a detail; a structured reason written by older
+    code is indexed as its text. Neither is refused and sent reduced."""
+    job_id = uuid.uuid4()
+    audit.record(audit.WORKFLOW_STEP_CHANGED, tenant_id=tenant.tenant_id, job_id=job_id,
+                 actor="workflow-engine", message="step load PENDING -> UPSTREAM_FAILED",
+                 data={"run_id": str(uuid.uuid4()), "step": "load", "before": "PENDING",
+                       "after": "UPSTREAM_FAILED", "attempt": 0,
+                       "reason": "trigger rule all_success: extract FAILED",
+                       "reason_code": "upstream_failed"})
+    audit.record(audit.WORKFLOW_STEP_CHANGED, tenant_id=tenant.tenant_id, job_id=job_id,
+                 actor="workflow-engine", message="step load READY -> CANCELLED",
+                 data={"step": "load", "reason": {"code": "cancelled", "text": "run cancelled",
+                                                  "details": {}}})
+    report = indexer.ship_once()
+    assert (report.created, report.left) == (2, 0)
+    search_client.refresh(audit_stream.name)
+    docs = documents(search_client, audit_stream, chrono__job_id=job_id)
+    assert [d["event"]["reason"] for d in docs] == [
+        "trigger rule all_success: extract FAILED", "run cancelled"]
+    assert all("tags" not in d for d in docs)
+    assert docs[0]["chrono"]["details"]["reason_code"] == "upstream_failed"
+
+
 def test_an_engine_that_does_not_answer_leaves_the_rows_unshipped_and_in_doubt(
     tenant, audit_stream
 ):
