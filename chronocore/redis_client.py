@@ -1,6 +1,6 @@
 """This process's Redis client: one connection pool to ``redis_url``, shared by whatever needs it.
 
-The timer store (:func:`scheduler.api.timer_store`) is built on it, and so are the API's rate
+The timer store (:func:`scheduler.timers.timer_store`) is built on it, and so are the API's rate
 limit and pending-job quota: one pool, one server.
 """
 

@@ -16,6 +16,7 @@ import uuid
 
 from django.db import connection, transaction
 
+from chronocore.redis_client import redis_client
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.executions import StartedExecution
 from search import audit
@@ -34,10 +35,8 @@ CANCELLED_AUDIT = audit.insert_select(
 
 
 def _announce(execution_ids: list[str]) -> None:
-    from scheduler.api import timer_store
-
     if execution_ids:
-        timer_store().client.publish(CANCEL_CHANNEL, "\n".join(execution_ids))
+        redis_client().publish(CANCEL_CHANNEL, "\n".join(execution_ids))
 
 
 def request_cancel_running(

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from django.db import connection
 
+from chronocore.redis_client import redis_client
 from scheduler import prepared
 from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.cron import CronSchedule, parse_cron
@@ -321,7 +322,5 @@ def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> 
         )
         running = [str(row[0]) for row in cursor.fetchall()]
     if running:
-        from scheduler.api import timer_store
-
-        timer_store().client.publish(CANCEL_CHANNEL, "\n".join(running))
+        redis_client().publish(CANCEL_CHANNEL, "\n".join(running))
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import redis
 
+from chronocore.config import get_config
+from chronocore.redis_client import redis_client
 from scheduler.sharding import shard_for, shard_tag
 
 ANNOUNCE_CHANNEL = "chrono:announce"
@@ -230,3 +232,12 @@ class TimerStore:
             pipe.zcard(due)
             pipe.zcard(inflight)
         return sum(pipe.execute())
+
+
+@cache
+def timer_store() -> TimerStore:
+    """This process's timer store, on its one Redis pool (:func:`chronocore.redis_client.
+    redis_client`; ``timer_store.cache_clear()`` drops it). The beat and the reaper are handed
+    theirs by their commands; this is for what has no owner to be handed one by: the Python API,
+    the REST views and Celery tasks of any app, so the configuration is read here, once."""
+    return TimerStore(redis_client(), shard_count=get_config().shard_count)

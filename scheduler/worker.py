@@ -56,6 +56,7 @@ from scheduler.leases import lease_keeper
 from scheduler.models import ExecutionStatus
 from scheduler.prepared import OwnConnection
 from scheduler.retry import RetryPolicy
+from scheduler.timers import timer_store
 
 log = logging.getLogger("chrono.worker")
 T = TypeVar("T")
@@ -184,8 +185,6 @@ class ChronoTask(Task):
         if outcome.status != "RETRY_WAIT":
             log.info("execution %s ended %s", started.execution_id, outcome.status)
             return metrics.outcome_of_status(outcome.status)
-        from scheduler.api import timer_store
-
         try:
             how = send_attempt(next_attempt_message(self._message(), outcome.attempt), outcome,
                                publisher=_publisher(), store=timer_store())

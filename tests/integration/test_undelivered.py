@@ -128,7 +128,7 @@ def test_the_reapers_pass_runs_the_check_and_counts_what_it_flagged(
     chrono_config(undelivered_flag_after_ms=1_000, undelivered_check_interval_ms=100)
     config = get_config()
     dispatched(tenant, queue, waited_ms=3_000)
-    from scheduler.api import timer_store
+    from scheduler.timers import timer_store
 
     reaper = Reaper(config=config, publisher=Publisher(config.broker_url), store=timer_store())
     try:

@@ -98,10 +98,10 @@ def test_the_scratch_copy_keeps_every_contract_before_it_is_broken(scratch_tree:
         ),
         pytest.param(
             "chronocore/_upward.py",
-            '"""Scratch."""\n\nfrom scheduler.api import timer_store  # noqa: F401\n',
+            '"""Scratch."""\n\nfrom scheduler.timers import timer_store  # noqa: F401\n',
             "layers",
             ["chronocore is not allowed to import scheduler",
-             "chronocore._upward -> scheduler.api"],
+             "chronocore._upward -> scheduler.timers"],
             id="ground-floor-importing-scheduler",
         ),
         pytest.param(

@@ -11,8 +11,8 @@ from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from reaper.metrics import serve_reaper_probe
 from reaper.reaper import Reaper
-from scheduler.api import timer_store
 from scheduler.dispatch import Publisher
+from scheduler.timers import timer_store
 
 
 class Command(BaseCommand):
