@@ -25,7 +25,6 @@ from django.utils import timezone as dj_timezone
 
 from chronocore.models import Tenant
 from scheduler import job_writer, specs
-from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron
@@ -38,6 +37,7 @@ from scheduler.errors import (
 )
 from scheduler.executions import cancel_pending_executions
 from scheduler.job_writer import add_timer_on_commit as _add_timer_on_commit
+from scheduler.lifecycle import RETRY_TIMER_SEPARATOR
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,

@@ -41,12 +41,7 @@ from django.db import (
 from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
 from scheduler import metrics, occurrences
-from scheduler.attempts import (
-    RETRY_TIMER_SEPARATOR,
-    load_waiting,
-    mark_dispatched,
-    policy_header,
-)
+from scheduler.attempts import load_waiting, mark_dispatched, policy_header
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
 from scheduler.firing import (
@@ -57,17 +52,12 @@ from scheduler.firing import (
     Recorder,
     drop_unsure_leases,
 )
+from scheduler.lifecycle import RETRY_TIMER_SEPARATOR, execution_id_for, parse_retry_timer
 from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
 from scheduler.models import OverlapPolicy
 from scheduler.ownership import ShardOwnership
 from scheduler.reconcile import Reconciler
-from scheduler.timers import (
-    ANNOUNCE_CHANNEL,
-    ClaimedTimer,
-    TimerStore,
-    execution_id_for,
-    shard_keys,
-)
+from scheduler.timers import ANNOUNCE_CHANNEL, ClaimedTimer, TimerStore, shard_keys
 from scheduler.wheel import TimingWheel
 
 OWNERSHIP_REFRESH_MS = 1_000
@@ -424,13 +414,11 @@ class Beat:
     def _dispatch_retries(self, timers: Sequence[ClaimedTimer]) -> None:
         """Timers ``<execution id>#<attempt>``: attempts whose backoff was too long for a
         RabbitMQ retry tier. Publish the ones still waiting; acknowledge all."""
-        wanted = [(t.timer_id.split(RETRY_TIMER_SEPARATOR)[0],
-                   int(t.timer_id.split(RETRY_TIMER_SEPARATOR)[1])) for t in timers]
-        rows = load_waiting(wanted)
+        rows = load_waiting([parse_retry_timer(t.timer_id) for t in timers])
         batch = ConfirmedBatch(leases=dict(self.ownership.leases),
                                acks=[(t, None) for t in timers])
         drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
-        sure = {t.timer_id.split(RETRY_TIMER_SEPARATOR)[0] for t, _ in batch.acks}
+        sure = {parse_retry_timer(t.timer_id)[0] for t, _ in batch.acks}
         rows = [row for row in rows if row.execution_id in sure]
         if rows:
             with self.counters.timed("publish"), self._publish_lock:

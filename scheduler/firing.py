@@ -33,8 +33,9 @@ from django.db import DatabaseError, close_old_connections
 
 from scheduler import occurrences, rollups
 from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
+from scheduler.lifecycle import execution_id_for
 from scheduler.ownership import ShardOwnership
-from scheduler.timers import ClaimedTimer, TimerStore, execution_id_for
+from scheduler.timers import ClaimedTimer, TimerStore
 
 if TYPE_CHECKING:
     from scheduler.beat import BeatCounters

@@ -25,9 +25,8 @@ import redis
 from django.db import DatabaseError, close_old_connections, connection
 
 from chronocore.config import get_config
-from scheduler.cancellation import CANCEL_CHANNEL
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
+from scheduler.lifecycle import CANCEL_CHANNEL, LOCK_EXECUTIONS_IN_ORDER
 
 log = logging.getLogger("chrono.worker")
 

@@ -17,15 +17,25 @@ from functools import lru_cache
 
 from django.db import connection
 
-from chronocore.redis_client import redis_client
 from scheduler import prepared
 from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.cron import CronSchedule, parse_cron
+from scheduler.lifecycle import (
+    CANCELLED_AUDIT,
+    IN_FLIGHT,
+    LOCK_EXECUTIONS_IN_ORDER,
+    NOT_STARTED,
+    announce_cancel,
+    execution_id_for,
+    sql_statuses,
+)
 from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import JobStatus
 from scheduler.retry import RetryPolicy, effective_policy
-from scheduler.timers import execution_id_for
 from search import audit
+
+_IN_FLIGHT = sql_statuses(IN_FLIGHT)
+_NOT_STARTED = sql_statuses(NOT_STARTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +114,6 @@ def _retry_policy(policy_json: str, max_retries: int) -> RetryPolicy:
     return effective_policy(json.loads(policy_json), max_retries)
 
 
-def decode_json(value: object) -> object:
-    # psycopg returns jsonb already decoded; a text column would need json.loads.
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
     """For claimed timers ``(job id, fire ms)``: insert a ``SCHEDULED`` execution for every
     one whose job is ACTIVE with ``next_run_at`` equal to the fire time (an id that exists, a
@@ -146,15 +151,6 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
             ],
         )
         return {str(row[0]): _due_job(row) for row in cursor.fetchall()}
-
-
-# Rows of chrono_execution locked in one order (by id) before a statement updates several: the
-# beat's recorder, a worker's batched starts and finishes and its lease renewals update the same
-# rows at the same moment, and two statements locking rows in different orders deadlock.
-LOCK_EXECUTIONS_IN_ORDER = (
-    "SELECT execution_id FROM chrono_execution WHERE execution_id = ANY({ids}::uuid[]) "
-    "ORDER BY execution_id FOR UPDATE"
-)
 
 
 def record_dispatched(
@@ -275,7 +271,7 @@ def active_executions(
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT job_id, execution_id, status FROM chrono_execution WHERE job_id = ANY(%s) "
-            "AND status IN ('SCHEDULED', 'DISPATCHED', 'RUNNING', 'RETRY_WAIT') "
+            f"AND status IN ({_IN_FLIGHT}) "
             "AND NOT execution_id = ANY(%s)",
             [[uuid.UUID(j) for j in job_ids], list(exclude)],
         )
@@ -300,14 +296,12 @@ def forget_scheduled(execution_ids: Sequence[str]) -> None:
 def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> None:
     """Overlap policy ``cancel_previous``: earlier waiting occurrences are cancelled, running
     ones are asked to stop (announced to their workers)."""
-    from scheduler.cancellation import CANCEL_CHANNEL, CANCELLED_AUDIT
-
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = now(), "
             # nosec B608 # CANCELLED_AUDIT is a module constant
             "reason = 'replaced by a newer occurrence (overlap policy cancel_previous)' "
-            "WHERE job_id = ANY(%s) AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+            f"WHERE job_id = ANY(%s) AND status IN ({_NOT_STARTED}) "
             "AND NOT execution_id = ANY(%s) "
             "RETURNING execution_id, job_id, tenant_id, attempt, reason, finished_at) "
             + CANCELLED_AUDIT,
@@ -321,6 +315,5 @@ def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> 
             [[uuid.UUID(j) for j in job_ids]],
         )
         running = [str(row[0]) for row in cursor.fetchall()]
-    if running:
-        redis_client().publish(CANCEL_CHANNEL, "\n".join(running))
+    announce_cancel(running)
 

@@ -44,15 +44,10 @@ from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
-from scheduler.executions import (
-    FinishRequest,
-    StartedExecution,
-    StartRequest,
-    finish_executions,
-    start_executions,
-)
+from scheduler.executions import FinishRequest, StartRequest, finish_executions, start_executions
 from scheduler.failures import failure_error, failure_traceback
 from scheduler.leases import lease_keeper
+from scheduler.lifecycle import StartedExecution
 from scheduler.models import ExecutionStatus
 from scheduler.prepared import OwnConnection
 from scheduler.retry import RetryPolicy

@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, ExecutionStatus, Job, OverlapPolicy
-from scheduler.timers import execution_id_for, timer_store
+from scheduler.timers import timer_store
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -9,8 +9,9 @@ from django.contrib.auth.models import User
 
 from scheduler import api
 from scheduler.clock import datetime_to_ms
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, Job, JobStatus
-from scheduler.timers import execution_id_for, timer_store
+from scheduler.timers import timer_store
 from search import audit
 from search.models import AuditEvent
 

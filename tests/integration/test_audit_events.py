@@ -17,8 +17,8 @@ from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
 from scheduler.heartbeats import beat_heart
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, ExecutionStatus
-from scheduler.timers import execution_id_for
 from search import audit
 from search.models import AuditEvent
 from tests.integration.audit_support import actions, documents, ship_all

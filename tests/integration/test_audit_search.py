@@ -14,8 +14,8 @@ from chronocore.config import get_config
 from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import ExecutionStatus
-from scheduler.timers import execution_id_for
 from search import audit
 from tests.integration.audit_support import ship_all
 from tests.integration.conftest import platform_staff_user

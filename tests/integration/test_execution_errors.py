@@ -15,8 +15,8 @@ from scheduler import api, occurrences, worker
 from scheduler.batching import Coalescer
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import start_executions
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution
-from scheduler.timers import execution_id_for
 from tests.integration.audit_support import ship_all
 
 pytest_plugins = ["tests.integration.audit_fixtures"]

@@ -18,8 +18,8 @@ from chronocore.models import Tenant
 from scheduler import api, job_counts, occurrences
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.errors import SchedulerError
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Job, JobCount, JobStatus
-from scheduler.timers import execution_id_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

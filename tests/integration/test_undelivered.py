@@ -16,7 +16,8 @@ from reaper.undelivered import _WAITING_SQL, check_undelivered
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.dispatch import Publisher, amqp_connection_params, declare_queue
-from scheduler.executions import UNDELIVERED_REASON_PREFIX, start_execution
+from scheduler.executions import start_execution
+from scheduler.lifecycle import UNDELIVERED_REASON_PREFIX
 from scheduler.models import Execution
 from scheduler.queue_stats import QueueInspector
 

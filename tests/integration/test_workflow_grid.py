@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from scheduler import occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import ExecutionStatus, Job
-from scheduler.timers import execution_id_for
 from workflows import engine
 from workflows.grid import run_grid
 from workflows.runs import StepRef

@@ -126,6 +126,23 @@ def test_the_scratch_copy_keeps_every_contract_before_it_is_broken(scratch_tree:
             id="search-starting-local-services",
         ),
         pytest.param(
+            "scheduler/lifecycle.py",
+            "\n\ndef _start():\n    from scheduler.executions import start_execution\n\n"
+            "    return start_execution\n",
+            "execution-lifecycle",
+            ["scheduler.lifecycle is not allowed to import scheduler.executions",
+             "scheduler.lifecycle -> scheduler.executions"],
+            id="lifecycle-rules-importing-a-stage",
+        ),
+        pytest.param(
+            "scheduler/occurrences.py",
+            '\n\nfrom scheduler.cancellation import request_cancel_running  # noqa: E402, F401\n',
+            "execution-lifecycle",
+            ["scheduler.occurrences is not allowed to import scheduler.cancellation",
+             "scheduler.occurrences -> scheduler.cancellation"],
+            id="one-lifecycle-stage-borrowing-from-another",
+        ),
+        pytest.param(
             "scheduler/cron.py",
             "\n\ndef _client():\n    import redis\n\n    return redis.Redis()\n",
             "pure-core",

@@ -10,7 +10,7 @@ from django.db import OperationalError
 from chronoadmin.celery import app
 from scheduler import worker
 from scheduler.batching import Coalescer
-from scheduler.executions import StartedExecution
+from scheduler.lifecycle import StartedExecution
 
 RAN: list[int] = []
 
