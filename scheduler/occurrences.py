@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from django.db import connection
 
@@ -153,16 +154,35 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
         return {str(row[0]): _due_job(row) for row in cursor.fetchall()}
 
 
+class JobAdvance(NamedTuple):
+    """A job to move on after its occurrence ``fired_ms`` was confirmed at ``confirmed_ms``:
+    to ``next_ms``, or, None, to COMPLETED (a one-time job)."""
+
+    job_id: str
+    fired_ms: int
+    next_ms: int | None
+    confirmed_ms: int
+
+
+class PlannedOccurrence(NamedTuple):
+    """An occurrence a misfire or overlap decision wrote down: fired (``skip_reason`` None)
+    or skipped for the reason given."""
+
+    job: DueJob
+    fire_ms: int
+    skip_reason: str | None
+
+
 def record_dispatched(
     dispatched: Sequence[tuple[uuid.UUID, int]],
     *,
-    advances: Sequence[tuple[str, int, int | None, int]],
+    advances: Sequence[JobAdvance],
 ) -> set[str]:
     """After RabbitMQ confirmed their publish: mark executions ``(execution id, confirm ms)``
-    ``DISPATCHED`` (unless a worker already started them) and advance each job ``(job id,
-    fired ms, next ms or None, confirm ms)`` whose ``next_run_at`` still equals the fired
-    occurrence. Returns the ids of the jobs advanced. One statement (both updates commit
-    together or not at all), one round trip, for any number of confirmed batches."""
+    ``DISPATCHED`` (unless a worker already started them) and advance each job whose
+    ``next_run_at`` still equals the fired occurrence. Returns the ids of the jobs advanced.
+    One statement (both updates commit together or not at all), one round trip, for any number
+    of confirmed batches."""
     with prepared.cursor() as cursor:
         cursor.execute(
             "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
@@ -187,21 +207,19 @@ def record_dispatched(
                 [execution_id for execution_id, _ in dispatched],
                 [ms_to_datetime(ms) for _, ms in dispatched],
                 [execution_id for execution_id, _ in dispatched],
-                [uuid.UUID(job_id) for job_id, _, _, _ in advances],
-                [ms_to_datetime(fired) for _, fired, _, _ in advances],
-                [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
-                [ms_to_datetime(ms) for _, _, _, ms in advances],
+                [uuid.UUID(a.job_id) for a in advances],
+                [ms_to_datetime(a.fired_ms) for a in advances],
+                [None if a.next_ms is None else ms_to_datetime(a.next_ms) for a in advances],
+                [ms_to_datetime(a.confirmed_ms) for a in advances],
             )],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
 
-def record_misfires(
-    occurrences: Sequence[tuple[DueJob, int, str | None]],
-) -> None:
-    """Write the executions of a misfire plan: ``(job, occurrence ms, None)`` to fire (inserted
-    ``SCHEDULED``), ``(job, occurrence ms, reason)`` skipped (``SKIPPED`` with the reason; a row
-    the claim inserted as ``SCHEDULED`` is turned ``SKIPPED``). One statement."""
+def record_misfires(occurrences: Sequence[PlannedOccurrence]) -> None:
+    """Write the executions of a misfire plan: those to fire are inserted ``SCHEDULED``, the
+    skipped ones ``SKIPPED`` with their reason (a row the claim inserted as ``SCHEDULED`` is
+    turned ``SKIPPED``). One statement."""
     if not occurrences:
         return
     with connection.cursor() as cursor:

@@ -52,7 +52,8 @@ def run_failing_task(tenant) -> str:
     occurrences.load_and_insert([(str(job.job_id), fire_ms)])
     execution_id = str(execution_id_for(str(job.job_id), fire_ms))
     occurrences.record_dispatched([(uuid.UUID(execution_id), now_ms())],
-                                  advances=[(str(job.job_id), fire_ms, None, now_ms())])
+                                  advances=[occurrences.JobAdvance(
+                                      str(job.job_id), fire_ms, None, now_ms())])
     charge.push_request(chrono_execution_id=execution_id, chrono_attempt="1",
                         chrono_tenant_id=str(tenant.tenant_id),
                         hostname="w1@host", args=[77], kwargs={}, delivery_info={})
