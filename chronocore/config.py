@@ -22,6 +22,7 @@ from chronocore.credentials import (
     fill_urls,
     read_credentials,
 )
+from chronocore.errors import ConfigError
 
 # No credentials in the defaults: on loopback they come from the installation's credentials file
 # (chronocore/credentials.py), which `chrono services up` generates.
@@ -30,10 +31,6 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_BROKER_URL = "amqp://127.0.0.1:5672//"
 DEFAULT_SEARCH_URL = "http://127.0.0.1:9200"
 URL_FIELDS = ("database_url", "redis_url", "broker_url", "search_url")
-
-
-class ConfigError(ValueError):
-    """Raised when an environment variable holds a value Chrono cannot use; says which and why."""
 
 
 @dataclass(frozen=True, kw_only=True)

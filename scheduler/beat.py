@@ -43,7 +43,8 @@ from chronocore.probe import Progress
 from scheduler import metrics, occurrences
 from scheduler.attempts import load_waiting, mark_dispatched, policy_header
 from scheduler.clock import now_ms
-from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.dispatch import Publisher, TaskMessage
+from scheduler.errors import BeatThreadDied, DispatchError
 from scheduler.firing import (
     MAX_BACKOFF_S,
     Ack,
@@ -69,10 +70,6 @@ STATS_LOG_INTERVAL_MS = 10_000
 SCAN_SLICES = 4
 
 log = logging.getLogger("chrono.beat")
-
-
-class BeatThreadDied(RuntimeError):
-    """One of the replica's threads (firer, recorder) ended: the replica must stop."""
 
 
 @dataclass

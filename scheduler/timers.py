@@ -35,10 +35,6 @@ ANNOUNCE_CHANNEL = "chrono:announce"
 LUA_DIR = Path(__file__).with_name("lua")
 
 
-class LeaseLost(Exception):
-    """Raised when a claim or ack finds that the caller's shard lease is gone (fenced)."""
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimedTimer:
     """A timer claimed for publishing: the job it belongs to and the occurrence's fire time."""
