@@ -65,7 +65,6 @@ from scheduler.reconcile import Reconciler
 from scheduler.timers import ANNOUNCE_CHANNEL, ClaimedTimer, TimerStore, shard_keys
 from scheduler.wheel import TimingWheel
 
-OWNERSHIP_REFRESH_MS = 1_000
 STATS_LOG_INTERVAL_MS = 10_000
 SCAN_SLICES = 4
 
@@ -257,7 +256,7 @@ class Beat:
         if change.gained:
             self._next_scan_ms = 0  # scan the new shards from the beginning right away
             self.reconciler.gained(change.gained)
-        self._next_refresh_ms = now + OWNERSHIP_REFRESH_MS
+        self._next_refresh_ms = now + self.config.ownership_refresh_interval_ms
 
     def _scan(self, now: int) -> None:
         """Load the window's new slice of a quarter of the owned shards (and of any shard not
