@@ -29,6 +29,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# get_config() here: the grant cache is the process's, shared by every way in (the API, the Python
+# API, the worker's check): it has no owner to be handed a configuration, so it reads the
+# process's.
 from chronocore.config import get_config
 from chronocore.errors import InvalidGrant
 from chronocore.models import TaskGrant, Tenant

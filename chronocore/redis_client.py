@@ -10,6 +10,8 @@ from functools import cache
 
 import redis
 
+# get_config() here: the process's one Redis pool, made on first use by whatever needs it first:
+# the process edge, nothing owns it to hand it a configuration.
 from chronocore.config import get_config
 
 

@@ -41,7 +41,7 @@ def charge(self, invoice: int) -> None:
 def in_process_worker(monkeypatch):
     """The worker's recording on this test's connection, without a lease keeper thread."""
     monkeypatch.setattr(worker, "_starts", Coalescer(start_executions))
-    monkeypatch.setattr(worker, "lease_keeper", lambda: type(
+    monkeypatch.setattr(worker, "lease_keeper", lambda config: type(
         "Keeper", (), {"hold": lambda *a: None, "release": lambda *a: None})())
 
 
