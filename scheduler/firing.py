@@ -34,6 +34,7 @@ from django.db import DatabaseError, close_old_connections
 from scheduler import occurrences, rollups
 from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
 from scheduler.lifecycle import execution_id_for
+from scheduler.occurrences import JobAdvance
 from scheduler.ownership import ShardOwnership
 from scheduler.timers import ClaimedTimer, TimerStore
 
@@ -339,7 +340,7 @@ class Recorder(threading.Thread):
                     [(execution_id_for(job.job_id, fire_ms), confirmed_ms)
                      for confirmed_ms, (_, job, fire_ms_list, _) in fired
                      for fire_ms in fire_ms_list],
-                    advances=[occurrences.JobAdvance(job.job_id, t.fire_at_ms, nxt, confirmed_ms)
+                    advances=[JobAdvance(job.job_id, t.fire_at_ms, nxt, confirmed_ms)
                               for confirmed_ms, (t, job, _, nxt) in fired],
                 )
             counted = rollups.recorder()
