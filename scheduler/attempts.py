@@ -157,6 +157,7 @@ def fail_delivered_attempt(execution_id: str, *, attempt: int, worker_id: str, e
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT fencing_token, status FROM chrono_execution WHERE execution_id = %s "
+            # nosec B608 # a status list of scheduler.lifecycle's constants; values are parameters
             f"AND status IN ({_DELIVERED}) AND attempt = %s",
             [uuid.UUID(execution_id), attempt],
         )

@@ -289,6 +289,7 @@ def active_executions(
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT job_id, execution_id, status FROM chrono_execution WHERE job_id = ANY(%s) "
+            # nosec B608 # a status list of scheduler.lifecycle's constants; values are parameters
             f"AND status IN ({_IN_FLIGHT}) "
             "AND NOT execution_id = ANY(%s)",
             [[uuid.UUID(j) for j in job_ids], list(exclude)],
