@@ -56,6 +56,9 @@ _PER_REQUEST = ("tenant", "status")  # created_at, updated_at: the database's de
 
 def current_limits() -> Limits:
     """The limits a spec is checked against now (from the config, and the clock)."""
+    # The one job writer serves every way in (the Python API an app calls, the REST views, the
+    # decorators, sync-jobs): its callers are the process edges, with no owner to hand it a
+    # configuration, so it reads the process's here and in announce_before_ms.
     config = get_config()
     return Limits(now_ms=now_ms(), default_queue=config.default_queue,
                   max_payload_bytes=config.max_payload_bytes,
