@@ -207,10 +207,10 @@ def record_dispatched(
                 [execution_id for execution_id, _ in dispatched],
                 [ms_to_datetime(ms) for _, ms in dispatched],
                 [execution_id for execution_id, _ in dispatched],
-                [uuid.UUID(a.job_id) for a in advances],
-                [ms_to_datetime(a.fired_ms) for a in advances],
-                [None if a.next_ms is None else ms_to_datetime(a.next_ms) for a in advances],
-                [ms_to_datetime(a.confirmed_ms) for a in advances],
+                [uuid.UUID(job_id) for job_id, _, _, _ in advances],
+                [ms_to_datetime(fired_ms) for _, fired_ms, _, _ in advances],
+                [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
+                [ms_to_datetime(ms) for _, _, _, ms in advances],
             )],
         )
         return {str(row[0]) for row in cursor.fetchall()}
