@@ -1,4 +1,5 @@
-"""Django system checks of the services' settings Chrono depends on (``chrono check``).
+"""Django system checks of the services' settings Chrono depends on (``chrono check --tag
+chrono_services``).
 
 What each one guards:
 
@@ -14,11 +15,13 @@ What each one guards:
 * **PostgreSQL** 14 or later, Django 5.2's floor and newer than anything Chrono's statements
   need.
 
-They ask the services, with timeouts of their own (2 s), so they run when ``check`` runs
-(``chrono check``, ``manage.py check``; ``--tag chrono_services`` for these alone), switched on
-by Chrono's ``check`` command (:func:`asking_services`). Django also runs the registered checks
-before most other commands, and a beat or worker must neither wait for them nor refuse to start
-because a service is down for a moment: its loop retries with back-off. A service that does not
+They ask the services, with timeouts of their own (2 s), so they run only when asked for by their
+tag (``chrono check --tag chrono_services``, ``manage.py check --tag chrono_services``), switched
+on by Chrono's ``check`` command (:func:`asking_services`), as Django runs its own checks that do
+I/O (the database's) only when asked. A plain ``check`` or ``check --deploy`` stays the static
+check a build runs where the services are not; and Django runs the registered checks before most
+other commands, whose processes (a beat, a worker) must neither wait for them nor refuse to start
+because a service is down for a moment: their loops retry with back-off. A service that does not
 answer is a warning (nothing could be checked), a setting that loses data or a version that
 cannot run Chrono an error, each with a hint saying what to change.
 
@@ -207,7 +210,7 @@ def service_problems(config: ChronoConfig) -> list[CheckMessage]:
 
 def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The system check (registered by :class:`chronoadmin.apps.ChronoAdminConfig`): nothing
-    unless Chrono's ``check`` command asks (see the module's docstring)."""
+    unless Chrono's ``check`` command was asked for its tag (see the module's docstring)."""
     if not _asking_services.get():
         return []
     # A Django check has no owner to be handed the configuration: it reads the process's.

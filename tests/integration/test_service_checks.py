@@ -87,9 +87,12 @@ def test_chrono_check_fails_on_it_with_the_hint_and_other_commands_do_not_ask(ev
     assert "(chrono.E001) Redis at 127.0.0.1:" in checked.stderr
     assert "HINT: Set `maxmemory-policy noeviction`" in checked.stderr
     assert "(chrono.W002)" in checked.stderr
-    # Any other command runs the registered checks first, and these stay silent there.
-    other = subprocess.run(
-        [sys.executable, "-m", "chronoadmin.cli", "showmigrations", "chronocore"],
-        cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
-    assert other.returncode == 0, other.stdout + other.stderr
-    assert "chrono.E001" not in other.stdout + other.stderr
+    # A plain check (a build's, without the services) and any other command, which runs the
+    # registered checks first, ask nothing of the services.
+    for command in (["check"], ["check", "--deploy"], ["showmigrations", "chronocore"]):
+        other = subprocess.run(
+            [sys.executable, "-m", "chronoadmin.cli", *command],
+            cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
+        assert other.returncode == 0, (command, other.stdout + other.stderr)
+        assert "chrono.E001" not in other.stdout + other.stderr, command
+        assert "chrono.W010" not in other.stdout + other.stderr, command
