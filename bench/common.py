@@ -48,9 +48,9 @@ def process_group(name: str, **env: str) -> ProcessGroup:
 
 
 def wait_for_beat(beat: ChronoProcess, replica_id: str, *, timeout_s: float = 30) -> None:
-    from scheduler.api import timer_store
+    from chronocore.redis_client import redis_client
 
-    client = timer_store().client
+    client = redis_client()
     shards = get_config().shard_count
 
     def owns_some() -> bool:

@@ -80,10 +80,10 @@ def run(argv: list[str]) -> dict[str, object]:
 
 
 def _shards_of(replica_id: str) -> set[int]:
-    from scheduler.api import timer_store
+    from chronocore.redis_client import redis_client
     from scheduler.sharding import shard_tag
 
-    client = timer_store().client
+    client = redis_client()
     shards = range(get_config().shard_count)
     pipe = client.pipeline(transaction=False)
     for shard in shards:

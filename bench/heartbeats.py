@@ -19,9 +19,9 @@ from bench.common import ensure_platform_ready, summarize_ms
 from chronocore.config import get_config
 from reaper.models import Worker
 from reaper.reaper import Reaper
-from scheduler.api import timer_store
 from scheduler.dispatch import Publisher
 from scheduler.heartbeats import beat_heart
+from scheduler.timers import timer_store
 
 PREFIX = "bench-hb-"
 

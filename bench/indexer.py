@@ -65,7 +65,7 @@ def run(argv: list[str]) -> dict[str, object]:
     stream = AuditStream(namespace)
     group = process_group("indexer", DATABASE_URL=database_url,
                           CHRONO_AUDIT_NAMESPACE=namespace, CHRONO_AUDIT_INDEX_REPLICAS=0)
-    client = SearchClient.from_config()
+    client = SearchClient.from_config(get_config())
     try:
         with psycopg.connect(_dsn(database_url), autocommit=True) as db:
             _empty_outbox(db)

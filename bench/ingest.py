@@ -28,7 +28,7 @@ from bench.platform import clean_up, use_bench_redis_db
 from chronocore import grants
 from chronocore.models import ApiKey, Tenant
 from localservices.processes import REPO_ROOT, ChronoProcess
-from scheduler.api import timer_store
+from scheduler.timers import timer_store
 
 BENCH_TENANT = "bench-ingest"
 # Its own Redis database (flushed before and after), not the other benchmarks' one: it counts

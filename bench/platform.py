@@ -31,7 +31,7 @@ from chronocore.config import DEFAULT_REDIS_URL, get_config
 from chronocore.models import Tenant
 from chronocore.redis_client import redis_client
 from localservices.processes import ChronoProcess, ProcessGroup
-from scheduler import api
+from scheduler import api, timers
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.models import Execution
 
@@ -45,7 +45,7 @@ def use_bench_redis_db(db: int = BENCH_REDIS_DB) -> None:
     os.environ["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{db}"))
     get_config.cache_clear()
     redis_client.cache_clear()
-    api.timer_store.cache_clear()
+    timers.timer_store.cache_clear()
 
 
 @dataclass
@@ -97,7 +97,7 @@ class BenchPlatform:
 def bench_platform(name: str) -> Iterator[BenchPlatform]:
     use_bench_redis_db()
     ensure_platform_ready()
-    api.timer_store().client.flushdb()
+    redis_client().flushdb()
     tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT, defaults={"name": "Benchmarks"})
     grants.grant(tenant, "*", "*", by="bench")  # the benchmarks run their own tasks everywhere
     clean_up(tenant)
@@ -132,7 +132,7 @@ def clean_up(tenant: Tenant) -> None:
             )
         for table in tables:
             cursor.execute(f"VACUUM {table}")
-    api.timer_store().client.flushdb()
+    redis_client().flushdb()
 
 
 def lateness_report(executions: QuerySet, *, with_start: bool,

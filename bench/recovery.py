@@ -18,9 +18,9 @@ import time
 from bench.common import summarize_ms, wait_for_worker
 from bench.platform import bench_platform
 from chronoadmin.builtin_tasks import BENCH_RUNS_KEY
+from chronocore.redis_client import redis_client
 from localservices.processes import wait_until
 from scheduler import api
-from scheduler.api import timer_store
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.models import Execution
 from scheduler.retry import RetryPolicy
@@ -46,7 +46,7 @@ def run(argv: list[str]) -> dict[str, object]:
                 "reaper_interval_ms": 250}
     env = {f"CHRONO_{k.upper()}": str(v) for k, v in settings.items()}
     with bench_platform("recovery") as platform:
-        timer_store().client.delete(BENCH_RUNS_KEY)
+        redis_client().delete(BENCH_RUNS_KEY)
         platform.start_beat("bench-beat-0")
         platform.group.start("reaper", ["reaper"], env=env)
         workers = [_start_worker(platform, i, env) for i in range(args.workers)]
@@ -79,7 +79,7 @@ def run(argv: list[str]) -> dict[str, object]:
                     recovery.append(datetime_to_ms(execution.started_at) - killed_ms)
                 if execution.retry_at is not None:  # set when the reaper declared it lost
                     detection.append(datetime_to_ms(execution.retry_at) - killed_ms)
-        runs = {k.decode(): int(v) for k, v in timer_store().client.hgetall(BENCH_RUNS_KEY)
+        runs = {k.decode(): int(v) for k, v in redis_client().hgetall(BENCH_RUNS_KEY)
                 .items()}
         succeeded = platform.executions.filter(status="SUCCEEDED").count()
     return {

@@ -16,8 +16,8 @@ import time
 
 from bench.platform import bench_platform, lateness_report
 from localservices.processes import wait_until
-from scheduler.api import timer_store
 from scheduler.clock import now_ms
+from scheduler.timers import timer_store
 
 LOAD_BATCH = 20_000
 HOUR_MS = 3_600_000

@@ -4,9 +4,15 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core import checks
 
 
 class ChronoAdminConfig(AppConfig):
     name = "chronoadmin"
     verbose_name = "Chrono"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from chronoadmin.checks import SERVICES_TAG, check_services
+
+        checks.register(check_services, SERVICES_TAG)

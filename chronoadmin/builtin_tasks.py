@@ -6,6 +6,7 @@ import logging
 import time
 
 from chronoadmin.celery import app
+from chronocore.redis_client import redis_client
 
 log = logging.getLogger("chrono.tasks")
 
@@ -50,10 +51,8 @@ def counted_sleep(self, seconds: float = 1.0) -> float:
     """Sleeps, then counts its run per execution in the Redis hash ``chrono:bench:runs``: the
     recovery benchmark reads it to tell runs that were lost from runs that happened twice."""
     time.sleep(seconds)
-    from scheduler.api import timer_store
-
     execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
-    timer_store().client.hincrby(BENCH_RUNS_KEY, execution_id, 1)
+    redis_client().hincrby(BENCH_RUNS_KEY, execution_id, 1)
     return seconds
 
 

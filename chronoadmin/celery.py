@@ -19,6 +19,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
 from django.db import close_old_connections  # noqa: E402
 
+# get_config() here: the Celery app and its signal handlers are the worker process's edge: the app
+# is configured from it, and the handlers (no owner exists when Celery calls them) read it too.
 from chronocore.config import get_config  # noqa: E402
 from chronocore.runtime import freeze_startup_heap  # noqa: E402
 from scheduler.dispatch import DISPATCH_EXCHANGE  # noqa: E402

@@ -15,6 +15,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from chronoadmin.dashboard_data import dashboard_data
+
+# get_config() here: Django views: the process edge, nothing owns them to hand them the
+# configuration.
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from chronocore.staff import scope_of

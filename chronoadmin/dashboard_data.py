@@ -23,9 +23,9 @@ from django.utils import timezone
 from chronoadmin.dashboard_queues import queues_panel
 from reaper.models import Worker
 from scheduler import job_counts
-from scheduler.api import timer_store
 from scheduler.models import Execution, ExecutionStatus
 from scheduler.rollups import ALL_TENANTS, quantile_ms
+from scheduler.timers import timer_store
 
 WINDOW_MINUTES = 60
 TOP_TASKS = 20

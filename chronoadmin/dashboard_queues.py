@@ -27,6 +27,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import cache
 
+# get_config() here: the dashboard's queues panel is read by a Django view: the process edge,
+# nothing owns it to hand it the configuration.
 from chronocore.config import get_config
 from reaper.undelivered import WaitingQueue, waiting_queues
 from scheduler.clock import now_ms

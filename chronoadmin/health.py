@@ -22,6 +22,8 @@ import redis
 from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, JsonResponse
 
+# get_config() here: the web's /health/ is a Django view, its clients the process's: the edge,
+# nothing owns them to hand them the configuration.
 from chronocore.config import get_config
 from scheduler.queue_stats import BrokerUnavailable, QueueInspector
 from search.client import SearchClient

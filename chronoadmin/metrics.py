@@ -34,6 +34,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from chronoadmin.health import bounded_statements, queue_inspector, redis_client
+
+# get_config() here: the web's /metrics is a Django view and its collector runs per scrape: the
+# process edge, nothing owns them to hand them the configuration.
 from chronocore.config import get_config
 from reaper.undelivered import waiting_queues
 from scheduler.clock import now_ms

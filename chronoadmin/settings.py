@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+# get_config() here: Django's settings are built from the configuration: the first edge of every
+# process.
 from chronocore.config import database_settings, get_config
 
 CHRONO = get_config()

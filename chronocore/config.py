@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +22,7 @@ from chronocore.credentials import (
     fill_urls,
     read_credentials,
 )
+from chronocore.errors import ConfigError
 
 # No credentials in the defaults: on loopback they come from the installation's credentials file
 # (chronocore/credentials.py), which `chrono services up` generates.
@@ -30,10 +31,6 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_BROKER_URL = "amqp://127.0.0.1:5672//"
 DEFAULT_SEARCH_URL = "http://127.0.0.1:9200"
 URL_FIELDS = ("database_url", "redis_url", "broker_url", "search_url")
-
-
-class ConfigError(ValueError):
-    """Raised when an environment variable holds a value Chrono cannot use; says which and why."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +67,8 @@ class ChronoConfig:
     prepare_ahead_ms: int = 100
     ack_deadline_ms: int = 30_000
     shard_lease_ttl_ms: int = 10_000
+    # Each replica heartbeats its membership and renews its shard leases this often.
+    ownership_refresh_interval_ms: int = 1_000
     # An occurrence more than this late (all replicas were down, the job was paused) follows
     # its job's misfire policy; within it, it simply fires.
     misfire_grace_ms: int = 60_000
@@ -178,8 +177,10 @@ class ChronoConfig:
             ("prepare_ahead_ms", 0),
             ("ack_deadline_ms", 1_000),
             ("shard_lease_ttl_ms", 1_000),
+            ("ownership_refresh_interval_ms", 100),
             ("worker_heartbeat_interval_ms", 100),
             ("execution_lease_ttl_ms", 1_000),
+            ("worker_dead_after_missed_heartbeats", 1),
             ("max_payload_bytes", 1_024),
             ("api_rate_per_minute", 1),
             ("api_max_request_bytes", 1_024),
@@ -212,20 +213,8 @@ class ChronoConfig:
         ):
             if getattr(self, name) < low:
                 raise ConfigError(f"CHRONO_{name.upper()} must be at least {low}")
-        if self.scan_interval_ms >= self.lookahead_ms:
-            raise ConfigError(
-                "CHRONO_SCAN_INTERVAL_MS must be smaller than CHRONO_LOOKAHEAD_MS, or timers "
-                "could fall between two scans"
-            )
-        if self.prepare_ahead_ms + self.scan_interval_ms >= self.lookahead_ms:
-            raise ConfigError(
-                "CHRONO_PREPARE_AHEAD_MS plus CHRONO_SCAN_INTERVAL_MS must be smaller than "
-                "CHRONO_LOOKAHEAD_MS, or a timer could be scanned after its preparation time"
-            )
-        if self.api_default_page_size > self.api_max_page_size:
-            raise ConfigError(
-                "CHRONO_API_DEFAULT_PAGE_SIZE must not exceed CHRONO_API_MAX_PAGE_SIZE"
-            )
+        if problems := cross_field_problems(self):
+            raise ConfigError("\n".join(problems))
         if not re.fullmatch(r"[a-z0-9_]{1,64}", self.audit_namespace):
             raise ConfigError(
                 f"CHRONO_AUDIT_NAMESPACE={self.audit_namespace!r} must be 1 to 64 lowercase "
@@ -234,8 +223,56 @@ class ChronoConfig:
         if self.metrics_port > 65_535:
             raise ConfigError(f"CHRONO_METRICS_PORT={self.metrics_port} is not a TCP port "
                               "(0 to 65535; 0 serves none)")
-        if self.lookahead_ms >= self.ack_deadline_ms:
-            raise ConfigError("CHRONO_LOOKAHEAD_MS must be smaller than CHRONO_ACK_DEADLINE_MS")
+
+
+# Rules between settings: (the setting held to another, that other, the rule, how it reads,
+# why). Each problem names both variables with their values. The lease rule is the code's own:
+# a replica publishes only while its shard lease is surely held, its TTL minus a fifth after
+# the last renewal (scheduler.ownership.ShardOwnership.surely_held).
+_CROSS_FIELD_RULES: tuple[tuple[str, str, Callable[[int, int], bool], str, str], ...] = (
+    ("scan_interval_ms", "lookahead_ms", lambda a, b: a < b, "must be smaller than",
+     "or timers could fall between two scans"),
+    ("tick_ms", "lookahead_ms", lambda a, b: a * 10 <= b, "must be at most a tenth of",
+     "the timing wheel's buckets are ticks: a window of fewer than ten holds all its timers in "
+     "the wheel's exact-time heap, which the wheel is there to spare"),
+    ("lookahead_ms", "ack_deadline_ms", lambda a, b: a < b, "must be smaller than",
+     "or a replica could claim again, as expired, timers it loaded and is about to publish"),
+    ("ownership_refresh_interval_ms", "shard_lease_ttl_ms", lambda a, b: a * 2 <= b,
+     "must be at most half of",
+     "a replica renews its shard leases once per refresh and publishes only while a lease "
+     "is surely held (its TTL minus a fifth): a shorter lease lapses between renewals, and its "
+     "shards stall or change hands"),
+    ("api_default_page_size", "api_max_page_size", lambda a, b: a <= b, "must not exceed",
+     "the default page is one a client may ask for"),
+)
+
+
+def cross_field_problems(config: ChronoConfig) -> list[str]:
+    """What is wrong between settings of ``config`` that are each fine on their own, every
+    message naming both variables and their values; [] when nothing is."""
+    problems = []
+    for name, other, holds, relation, why in _CROSS_FIELD_RULES:
+        value, limit = getattr(config, name), getattr(config, other)
+        if not holds(value, limit):
+            problems.append(f"{_env_name(name)}={value} {relation} {_env_name(other)}={limit}: "
+                            f"{why}")
+    if config.prepare_ahead_ms + config.scan_interval_ms >= config.lookahead_ms:
+        problems.append(
+            f"CHRONO_PREPARE_AHEAD_MS={config.prepare_ahead_ms} plus CHRONO_SCAN_INTERVAL_MS="
+            f"{config.scan_interval_ms} must be smaller than CHRONO_LOOKAHEAD_MS="
+            f"{config.lookahead_ms}, or a timer could be scanned after its preparation time")
+    if config.worker_dead_after_missed_heartbeats < 2:
+        problems.append(
+            "CHRONO_WORKER_DEAD_AFTER_MISSED_HEARTBEATS="
+            f"{config.worker_dead_after_missed_heartbeats} times CHRONO_WORKER_HEARTBEAT_"
+            f"INTERVAL_MS={config.worker_heartbeat_interval_ms} must span at least two "
+            "heartbeats: a worker whose one heartbeat is a little late would be declared dead "
+            "and its running executions lost, and run again while it still runs them")
+    return problems
+
+
+def _env_name(field_name: str) -> str:
+    return field_name.upper() if field_name.endswith("_url") else f"CHRONO_{field_name.upper()}"
 
 
 def _parse(name: str, raw: str, kind: type) -> object:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from chronocore.errors import CredentialsError
+
 DEFAULT_DATA_DIR = "/var/lib/chrono"
 CREDENTIALS_FILE_NAME = "credentials.env"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -45,10 +47,6 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WELL_KNOWN_PASSWORDS = frozenset(
     {"chrono", "guest", "postgres", "redis", "admin", "elastic", "changeme", "password", "secret"}
 )
-
-
-class CredentialsError(ValueError):
-    """Raised when the credentials file exists but cannot be read or parsed; names the file."""
 
 
 @dataclass(frozen=True, kw_only=True)

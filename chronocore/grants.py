@@ -29,7 +29,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# get_config() here: the grant cache is the process's, shared by every way in (the API, the Python
+# API, the worker's check): it has no owner to be handed a configuration, so it reads the
+# process's.
 from chronocore.config import get_config
+from chronocore.errors import InvalidGrant
 from chronocore.models import TaskGrant, Tenant
 
 EVERYTHING = "*"
@@ -142,15 +146,6 @@ def forget(tenant_id: uuid.UUID | str | None = None) -> None:
 
 
 # --------------------------------------------------------------------------- changes
-
-
-class InvalidGrant(ValueError):
-    """Raised when a grant's pattern is unusable; ``field`` is ``task`` or ``queue``."""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 def grant(tenant: Tenant, task_pattern: str, queue_pattern: str = EVERYTHING, *,

@@ -33,13 +33,11 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 
+from chronocore.errors import ProbeError
+
 log = logging.getLogger("chrono.probe")
 
 DEFAULT_ADDRESS = "127.0.0.1"
-
-
-class ProbeError(OSError):
-    """Raised when the probe port cannot be opened (in use, not allowed); names the port."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """This process's Redis client: one connection pool to ``redis_url``, shared by whatever needs it.
 
-The timer store (:func:`scheduler.api.timer_store`) is built on it, and so are the API's rate
+The timer store (:func:`scheduler.timers.timer_store`) is built on it, and so are the API's rate
 limit and pending-job quota: one pool, one server.
 """
 
@@ -10,6 +10,8 @@ from functools import cache
 
 import redis
 
+# get_config() here: the process's one Redis pool, made on first use by whatever needs it first:
+# the process edge, nothing owns it to hand it a configuration.
 from chronocore.config import get_config
 
 

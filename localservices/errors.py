@@ -19,6 +19,12 @@ class PortBusyError(ServiceError):
     """Raised when a process that is not a server of the expected kind holds a needed port."""
 
 
+class ProcessFailed(ServiceError, RuntimeError):
+    """Raised when a child process (a beat, worker, reaper … started for ``chrono dev``, the
+    benchmarks or the end-to-end tests) exits or is not ready in time; carries the tail of its
+    log."""
+
+
 class ServiceStartError(ServiceError):
     """Raised when a service does not start or answer in time; the message names its log file."""
 

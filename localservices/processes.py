@@ -18,12 +18,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from localservices.errors import ProcessFailed
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 15.0
-
-
-class ProcessFailed(RuntimeError):
-    """Raised when a child process exits or is not ready in time; carries the tail of its log."""
 
 
 @dataclass

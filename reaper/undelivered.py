@@ -7,7 +7,7 @@ job's owner reads on the execution in the REST API and the admin, and the reaper
 ``chrono_reaper_undelivered_flagged_total`` and the web's ``chrono_undelivered_executions``
 count it. Nothing else changes: the message stays in its queue, and when a worker consumes it
 the run starts as usual and its start takes the flag off
-(:func:`scheduler.executions.unflagged_reason_sql`). A queue that has a consumer again has the
+(:func:`scheduler.lifecycle.unflagged_reason_sql`). A queue that has a consumer again has the
 flags of its waiting executions taken off at the next check.
 
 The check costs one query and one round trip per queue, every
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 
 from scheduler.clock import ms_to_datetime
-from scheduler.executions import UNDELIVERED_REASON_PREFIX, unflagged_reason_sql
+from scheduler.lifecycle import UNDELIVERED_REASON_PREFIX, unflagged_reason_sql
 from scheduler.queue_stats import QueueInspector, QueueStats
 
 FLAG_BATCH = 1_000

@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
+from chronocore.config import get_config
 from chronocore.staff import TenantScopedAdmin, scope_of
 from scheduler import api
 from scheduler.errors import JobNotFound, SchedulerError
@@ -208,7 +209,8 @@ def audit_rows(filters: dict[str, str], tenant_id) -> tuple[list[dict[str, objec
     try:
         query = parse_audit_query(filters, tenant_id=str(tenant_id),
                                   default_page_size=HISTORY_SHOWN, max_page_size=HISTORY_SHOWN)
-        documents = run_search(query).documents
+        # The admin's pages are Django views: the process edge, nothing to hand them one.
+        documents = run_search(query, config=get_config()).documents
     except (SearchEngineUnavailable, InvalidAuditQuery) as exc:
         return [], str(getattr(exc, "detail", exc))
     return [

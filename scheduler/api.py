@@ -18,17 +18,13 @@ import uuid
 import warnings
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from functools import cache
 from types import SimpleNamespace
 
 from django.db import transaction
 from django.utils import timezone as dj_timezone
 
-from chronocore.config import get_config
 from chronocore.models import Tenant
-from chronocore.redis_client import redis_client
 from scheduler import job_writer, specs
-from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron
@@ -41,6 +37,7 @@ from scheduler.errors import (
 )
 from scheduler.executions import cancel_pending_executions
 from scheduler.job_writer import add_timer_on_commit as _add_timer_on_commit
+from scheduler.lifecycle import RETRY_TIMER_SEPARATOR
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,
@@ -51,16 +48,10 @@ from scheduler.misfire import (
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, OverlapPolicy
 from scheduler.occurrences import record_misfires
 from scheduler.retry import RetryPolicy
-from scheduler.timers import TimerStore
+from scheduler.timers import timer_store
 from search import audit
 
 TenantRef = Tenant | uuid.UUID | str
-
-
-@cache
-def timer_store() -> TimerStore:
-    """This process's timer store (one Redis connection pool)."""
-    return TimerStore(redis_client(), shard_count=get_config().shard_count)
 
 
 def _tenant_id(tenant: TenantRef) -> uuid.UUID:

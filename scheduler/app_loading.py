@@ -8,10 +8,7 @@ from collections.abc import Mapping
 
 from celery import Celery
 
-
-class AppNotFound(Exception):
-    """Raised when a ``MODULE`` or ``MODULE:APP`` argument names nothing importable or no
-    Celery app; the message says what was tried."""
+from scheduler.errors import AppNotFound
 
 
 def load_celery_app(spec: str) -> Celery:

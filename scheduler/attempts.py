@@ -24,13 +24,13 @@ from django.db import connection
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.dispatch import Publisher, TaskMessage
 from scheduler.failures import ERROR_MAX_CHARS, TRACEBACK_MAX_CHARS
-from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER, decode_json
+from scheduler.lifecycle import DELIVERED, LOCK_EXECUTIONS_IN_ORDER, retry_timer_id, sql_statuses
 from scheduler.retry import RetryPolicy, effective_policy, retry_tier_ms
 from scheduler.timers import TimerStore
 from search import audit
 
-RETRY_TIMER_SEPARATOR = "#"
 _rng = random.SystemRandom()
+_DELIVERED = sql_statuses(DELIVERED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +157,8 @@ def fail_delivered_attempt(execution_id: str, *, attempt: int, worker_id: str, e
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT fencing_token, status FROM chrono_execution WHERE execution_id = %s "
-            "AND status IN ('SCHEDULED', 'DISPATCHED') AND attempt = %s",
+            # nosec B608 # a status list of scheduler.lifecycle's constants; values are parameters
+            f"AND status IN ({_DELIVERED}) AND attempt = %s",
             [uuid.UUID(execution_id), attempt],
         )
         row = cursor.fetchone()
@@ -178,8 +179,7 @@ def send_attempt(
     """Send the next attempt of a ``RETRY_WAIT`` execution; returns how (for the log)."""
     tier = retry_tier_ms(outcome.delay_ms or 0)
     if tier is None:
-        timer_id = f"{outcome.execution_id}{RETRY_TIMER_SEPARATOR}{outcome.attempt}"
-        store.add([(timer_id, outcome.retry_at_ms)])
+        store.add([(retry_timer_id(outcome.execution_id, outcome.attempt), outcome.retry_at_ms)])
         return "timer store"
     publisher.publish_batch([message], retry_tier_ms=tier)
     return f"retry tier {tier} ms" if tier else "at once"
@@ -232,8 +232,8 @@ class AttemptRow:
          tenant_id, job_type, args, kwargs, queue, retry_policy, max_retries, soft, hard) = row
         return cls(str(execution_id), attempt, token, worker_id, datetime_to_ms(scheduled_for),
                    cancel_requested_at is not None,
-                   str(job_id), str(tenant_id), job_type, decode_json(args),
-                   decode_json(kwargs), queue, decode_json(retry_policy) or {}, max_retries,
+                   str(job_id), str(tenant_id), job_type, _decoded(args),
+                   _decoded(kwargs), queue, _decoded(retry_policy) or {}, max_retries,
                    soft, hard)
 
     def message(self, attempt: int) -> TaskMessage:
@@ -256,6 +256,11 @@ class AttemptRow:
                 ),
             },
         )
+
+
+def _decoded(value: object) -> object:
+    # psycopg returns jsonb already decoded; a text column would need json.loads.
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def load_waiting(attempts: list[tuple[str, int]]) -> list[AttemptRow]:

@@ -41,45 +41,34 @@ from django.db import (
 from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
 from scheduler import metrics, occurrences
-from scheduler.attempts import (
-    RETRY_TIMER_SEPARATOR,
-    load_waiting,
-    mark_dispatched,
-    policy_header,
-)
+from scheduler.attempts import load_waiting, mark_dispatched, policy_header
 from scheduler.clock import now_ms
-from scheduler.dispatch import DispatchError, Publisher, TaskMessage
+from scheduler.dispatch import Publisher, TaskMessage
+from scheduler.errors import BeatThreadDied, DispatchError
 from scheduler.firing import (
     MAX_BACKOFF_S,
+    Ack,
     ConfirmedBatch,
+    Fired,
     Firer,
     Prepared,
     Recorder,
     drop_unsure_leases,
 )
+from scheduler.lifecycle import RETRY_TIMER_SEPARATOR, execution_id_for, parse_retry_timer
 from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
-from scheduler.models import OverlapPolicy
+from scheduler.occurrences import DueJob, PlannedOccurrence
+from scheduler.overlap import OverlapAction, is_guarded
+from scheduler.overlap import decide as decide_overlap
 from scheduler.ownership import ShardOwnership
 from scheduler.reconcile import Reconciler
-from scheduler.timers import (
-    ANNOUNCE_CHANNEL,
-    ClaimedTimer,
-    TimerStore,
-    execution_id_for,
-    shard_keys,
-)
+from scheduler.timers import ANNOUNCE_CHANNEL, ClaimedTimer, TimerStore, shard_keys
 from scheduler.wheel import TimingWheel
 
-OWNERSHIP_REFRESH_MS = 1_000
 STATS_LOG_INTERVAL_MS = 10_000
-OVERLAP_RECHECK_MS = 1_000
 SCAN_SLICES = 4
 
 log = logging.getLogger("chrono.beat")
-
-
-class BeatThreadDied(RuntimeError):
-    """One of the replica's threads (firer, recorder) ended: the replica must stop."""
 
 
 @dataclass
@@ -267,7 +256,7 @@ class Beat:
         if change.gained:
             self._next_scan_ms = 0  # scan the new shards from the beginning right away
             self.reconciler.gained(change.gained)
-        self._next_refresh_ms = now + OWNERSHIP_REFRESH_MS
+        self._next_refresh_ms = now + self.config.ownership_refresh_interval_ms
 
     def _scan(self, now: int) -> None:
         """Load the window's new slice of a quarter of the owned shards (and of any shard not
@@ -381,35 +370,35 @@ class Beat:
             jobs = occurrences.load_and_insert([(t.timer_id, t.fire_at_ms) for t in claimed])
         batch = ConfirmedBatch(leases=dict(self.ownership.leases))
         now = self.clock()
-        skipped: list[tuple[occurrences.DueJob, int, str | None]] = []
+        skipped: list[PlannedOccurrence] = []
         for timer in claimed:
             job = jobs.get(timer.timer_id)
             if job is None or not job.is_active:
                 self.counters.skipped_inactive += 1
-                batch.acks.append((timer, None))
+                batch.acks.append(Ack(timer, None))
             elif job.next_run_ms != timer.fire_at_ms:
                 # Already published and recorded (only the ack was lost), or moved by an edit:
                 # keep the timer PostgreSQL holds.
                 self.counters.stale += 1
-                batch.acks.append((timer, job.next_run_ms))
+                batch.acks.append(Ack(timer, job.next_run_ms))
             else:
                 plan = self._plan(job, timer.fire_at_ms, now)
-                skipped += [(job, ms, reason) for ms, reason in plan.skipped]
+                skipped += [PlannedOccurrence(job, ms, reason) for ms, reason in plan.skipped]
                 self.counters.misfired += len(plan.skipped)
-                batch.fired.append((timer, job, plan.fire_ms, plan.next_ms))
+                batch.fired.append(Fired(timer, job, plan.fire_ms, plan.next_ms))
         skipped += self._apply_overlap_policies(batch, now)
         # Rows to write besides the ones the claim inserted: the skipped occurrences, and the
         # occurrences a misfire plan fires other than the claimed one (decided after the overlap
         # policies, which may have taken an occurrence out of a plan: one row per occurrence).
-        misfires = skipped + [(job, ms, None) for timer, job, fire_ms_list, _ in batch.fired
-                              for ms in fire_ms_list if ms != timer.fire_at_ms]
+        misfires = skipped + [PlannedOccurrence(f.job, ms, None) for f in batch.fired
+                              for ms in f.fire_ms if ms != f.timer.fire_at_ms]
         if misfires:
             with self.counters.timed("misfire"):
                 occurrences.record_misfires(misfires)
         for fired in batch.fired:
-            timer, job, fire_ms_list, _ = fired
-            messages = [_task_message(job, ms, batch.leases[timer.shard]) for ms in fire_ms_list]
-            due_ms = max(fire_ms_list, default=0)  # nothing to publish: record at once
+            lease = batch.leases[fired.timer.shard]
+            messages = [_task_message(fired.job, ms, lease) for ms in fired.fire_ms]
+            due_ms = max(fired.fire_ms, default=0)  # nothing to publish: record at once
             self.firer.put(due_ms, Prepared(batch.leases, fired, messages))
         if batch.acks:
             acks = ConfirmedBatch(leases=batch.leases, acks=batch.acks)
@@ -424,13 +413,11 @@ class Beat:
     def _dispatch_retries(self, timers: Sequence[ClaimedTimer]) -> None:
         """Timers ``<execution id>#<attempt>``: attempts whose backoff was too long for a
         RabbitMQ retry tier. Publish the ones still waiting; acknowledge all."""
-        wanted = [(t.timer_id.split(RETRY_TIMER_SEPARATOR)[0],
-                   int(t.timer_id.split(RETRY_TIMER_SEPARATOR)[1])) for t in timers]
-        rows = load_waiting(wanted)
+        rows = load_waiting([parse_retry_timer(t.timer_id) for t in timers])
         batch = ConfirmedBatch(leases=dict(self.ownership.leases),
-                               acks=[(t, None) for t in timers])
+                               acks=[Ack(t, None) for t in timers])
         drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
-        sure = {t.timer_id.split(RETRY_TIMER_SEPARATOR)[0] for t, _ in batch.acks}
+        sure = {parse_retry_timer(t.timer_id)[0] for t, _ in batch.acks}
         rows = [row for row in rows if row.execution_id in sure]
         if rows:
             with self.counters.timed("publish"), self._publish_lock:
@@ -441,52 +428,47 @@ class Beat:
 
     def _apply_overlap_policies(
         self, batch: ConfirmedBatch, now: int
-    ) -> list[tuple[occurrences.DueJob, int, str | None]]:
+    ) -> list[PlannedOccurrence]:
         """Hold, skip or make room for occurrences of cron jobs whose previous occurrence is
-        still running or waiting, per each job's overlap policy. Returns the skipped ones."""
-        guarded = [f for f in batch.fired if f[1].cron_expression and f[2]
-                   and f[1].overlap_policy != OverlapPolicy.ALLOW]
+        still running or waiting, per each job's overlap policy (:mod:`scheduler.overlap`
+        decides). Returns the skipped ones."""
+        guarded = [f for f in batch.fired if f.fire_ms and is_guarded(
+            f.job.overlap_policy, recurring=bool(f.job.cron_expression))]
         if not guarded:
             return []
         active = occurrences.active_executions(
-            [job.job_id for _, job, _, _ in guarded],
-            exclude=[execution_id_for(job.job_id, ms) for _, job, fire, _ in guarded
-                     for ms in fire],
+            [f.job.job_id for f in guarded],
+            exclude=[execution_id_for(f.job.job_id, ms) for f in guarded for ms in f.fire_ms],
         )
-        skipped: list[tuple[occurrences.DueJob, int, str | None]] = []
+        skipped: list[PlannedOccurrence] = []
         held: list[str] = []
         to_cancel: list[str] = []
-        for index, (timer, job, fire, next_ms) in enumerate(batch.fired):
-            previous = active.get(job.job_id)
-            if not previous or job.overlap_policy == OverlapPolicy.ALLOW:
+        for index, fired in enumerate(batch.fired):
+            previous = active.get(fired.job.job_id)
+            if not previous:
                 continue
-            running = any(status == "RUNNING" for _, status in previous)
-            waiting = any(status != "RUNNING" for _, status in previous)
-            policy = job.overlap_policy
-            if policy == OverlapPolicy.CANCEL_PREVIOUS:
-                to_cancel.append(job.job_id)
+            decision = decide_overlap(fired.job.overlap_policy,
+                                      (status for _, status in previous),
+                                      next_ms=fired.next_ms, now_ms=now)
+            if decision.action == OverlapAction.FIRE:
                 continue
-            if policy == OverlapPolicy.BUFFER_ONE and running and not waiting:
-                # Wait for the running one: look again in a second, or at the next occurrence
-                # if that comes first (it then is the one waiting).
-                held += [str(execution_id_for(job.job_id, ms)) for ms in fire]
-                recheck = now + OVERLAP_RECHECK_MS
-                batch.fired[index] = (timer, job, [], min(recheck, next_ms or recheck))
+            if decision.action == OverlapAction.FIRE_AND_CANCEL_PREVIOUS:
+                to_cancel.append(fired.job.job_id)
                 continue
-            reason = ("the previous occurrence is still running (overlap policy skip)"
-                      if policy == OverlapPolicy.SKIP
-                      else "an occurrence is already waiting (overlap policy buffer_one)")
-            skipped += [(job, ms, reason) for ms in fire]
-            batch.fired[index] = (timer, job, [], next_ms)
+            if decision.action == OverlapAction.HOLD:
+                held += [str(execution_id_for(fired.job.job_id, ms)) for ms in fired.fire_ms]
+            else:
+                skipped += [PlannedOccurrence(fired.job, ms, decision.reason)
+                            for ms in fired.fire_ms]
+            batch.fired[index] = fired._replace(fire_ms=[], next_ms=decision.next_ms)
         occurrences.forget_scheduled(held)
         if to_cancel:
             occurrences.cancel_previous(to_cancel, exclude=[
-                execution_id_for(job.job_id, ms) for _, job, fire, _ in batch.fired
-                for ms in fire])
+                execution_id_for(f.job.job_id, ms) for f in batch.fired for ms in f.fire_ms])
         self.counters.overlap_skipped += len(skipped)
         return skipped
 
-    def _plan(self, job: occurrences.DueJob, fire_at_ms: int, now: int) -> FirePlan:
+    def _plan(self, job: DueJob, fire_at_ms: int, now: int) -> FirePlan:
         plan = plan_occurrences(
             schedule=job.schedule,
             fire_at_ms=fire_at_ms,
@@ -540,7 +522,7 @@ def dispatch_isolating(
         dispatch_isolating(dispatch, claimed[middle:], refused)
 
 
-def _task_message(job: occurrences.DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage:
+def _task_message(job: DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage:
     execution_id = execution_id_for(job.job_id, fire_at_ms)
     return TaskMessage(
         task_id=str(execution_id),

@@ -2,7 +2,8 @@
 
 An execution that has not started (``SCHEDULED``, ``DISPATCHED``, ``RETRY_WAIT``) is cancelled
 by a conditional update, and the worker-side start refuses it. A running one gets
-``cancel_requested_at``; the request is announced on ``chrono:cancel`` (pub/sub) to the worker
+``cancel_requested_at``; the request is announced on ``chrono:cancel`` (pub/sub,
+:func:`scheduler.lifecycle.announce_cancel`) to the worker
 process running it, whose lease keeper raises ``SoftTimeLimitExceeded`` in the task (SIGUSR1,
 Celery's own soft-timeout signal) so it can clean up, and kills the process after
 ``cancel_grace_ms`` if the task is still running. A worker that missed the announcement sees the
@@ -17,27 +18,9 @@ import uuid
 from django.db import connection, transaction
 
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.executions import StartedExecution
-from search import audit
+from scheduler.lifecycle import CANCELLED_AUDIT, StartedExecution, announce_cancel
 
-CANCEL_CHANNEL = "chrono:cancel"
 _RETURNING = "execution_id, job_id, tenant_id, attempt, reason, finished_at"
-# The audit row of a cancellation, in the statement that makes it (actor as a parameter).
-CANCELLED_AUDIT = audit.insert_select(
-    "u",
-    action_name=audit.EXECUTION_CANCELLED,
-    actor="%s",
-    occurred_at="u.finished_at",
-    execution_id="u.execution_id",
-    data="jsonb_build_object('attempt', u.attempt, 'reason', u.reason)",
-)
-
-
-def _announce(execution_ids: list[str]) -> None:
-    from scheduler.api import timer_store
-
-    if execution_ids:
-        timer_store().client.publish(CANCEL_CHANNEL, "\n".join(execution_ids))
 
 
 def request_cancel_running(
@@ -57,7 +40,7 @@ def request_cancel_running(
         )
         ids = [str(row[0]) for row in cursor.fetchall()]
     if ids:
-        transaction.on_commit(lambda: _announce(ids))
+        transaction.on_commit(lambda: announce_cancel(ids))
     return ids
 
 

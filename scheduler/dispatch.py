@@ -26,6 +26,8 @@ from urllib.parse import unquote, urlsplit
 import amqp
 from amqp.method_framing import frame_writer
 
+from scheduler.errors import DispatchError
+
 DISPATCH_EXCHANGE = "chrono.dispatch"
 RETRY_EXCHANGE_PREFIX = "chrono.retry."
 _EMBED = '{"callbacks":null,"errbacks":null,"chain":null,"chord":null}'
@@ -33,11 +35,6 @@ QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
 CONFIRM_TIMEOUT_S = 30.0
 
 log = logging.getLogger("chrono.dispatch")
-
-
-class DispatchError(Exception):
-    """Raised when a batch could not be confirmed by RabbitMQ (nacked, timed out, connection
-    lost). The batch's timers stay claimed and are published again; none is lost."""
 
 
 @dataclass(frozen=True, slots=True)

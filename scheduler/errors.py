@@ -1,4 +1,4 @@
-"""Exceptions raised by the scheduler package.
+"""Exceptions raised by the scheduler package: one family, rooted at :class:`SchedulerError`.
 
 Every class says when it is raised. Errors caused by user input carry a message that says what to
 change, and, where one field of the input is at fault, the name of that field in ``field``.
@@ -9,6 +9,32 @@ from __future__ import annotations
 
 class SchedulerError(Exception):
     """Base class of every error the scheduler package raises."""
+
+
+# -- the processes' own errors: services failing under the beat, the worker and the reaper
+
+
+class DispatchError(SchedulerError):
+    """Raised when a batch could not be confirmed by RabbitMQ (nacked, timed out, connection
+    lost). The batch's timers stay claimed and are published again; none is lost."""
+
+
+class BrokerUnavailable(SchedulerError):
+    """Raised when RabbitMQ cannot be reached or fails a passive declare for a reason other than
+    the queue's absence; the inspector reconnects on its next call."""
+
+
+class BeatThreadDied(SchedulerError, RuntimeError):
+    """Raised by a beat replica's loop when one of its threads (firer, recorder) has ended: the
+    replica stops rather than go on claiming timers nobody publishes."""
+
+
+class AppNotFound(SchedulerError):
+    """Raised when a ``MODULE`` or ``MODULE:APP`` argument names nothing importable or no
+    Celery app; the message says what was tried."""
+
+
+# -- bad input from a user
 
 
 class InvalidSchedule(SchedulerError, ValueError):

@@ -1,7 +1,8 @@
 """Execution state transitions made by workers: conditional updates with a fencing token.
 
-A worker may start an execution only from ``SCHEDULED`` or ``DISPATCHED`` (one statement, so two
-deliveries of the same message cannot both start it); the start bumps the fencing token and hands it
+A worker may start an execution only while it has not started (``SCHEDULED``, ``DISPATCHED`` or
+``RETRY_WAIT``, :data:`scheduler.lifecycle.NOT_STARTED`; one statement, so two deliveries of the
+same message cannot both start it); the start bumps the fencing token and hands it
 to the worker; a result is written only with the token that started the run, so a worker that lost
 its lease cannot overwrite what a newer attempt recorded. Each transition writes its audit row
 (:mod:`search.audit`) in the same statement, a data-modifying CTE over the updated row.
@@ -20,29 +21,18 @@ from django.utils import timezone
 
 from scheduler import prepared
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.lifecycle import (
+    LOCK_EXECUTIONS_IN_ORDER,
+    NOT_STARTED,
+    StartedExecution,
+    sql_statuses,
+    unflagged_reason_sql,
+)
 from scheduler.models import ExecutionStatus
-from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
 from search import audit
 
 RESULT_REPR_LIMIT = 4_096
-# The reaper flags an execution that waits on a queue nobody consumes with a reason starting so
-# (:mod:`reaper.undelivered`), in front of any reason it had (a retry's "lost on …"); its start
-# takes the flag off again: it was delivered after all.
-UNDELIVERED_REASON_PREFIX = "no consumer on queue "
-UNDELIVERED_FLAG_PATTERN = "^no consumer on queue .*? for [0-9.]+ s(; |$)"
-
-
-def unflagged_reason_sql(column: str) -> str:
-    """SQL of ``column`` (an execution's reason) without the reaper's undelivered flag."""
-    return (f"CASE WHEN starts_with({column}, '{UNDELIVERED_REASON_PREFIX}') THEN "
-            f"regexp_replace({column}, '{UNDELIVERED_FLAG_PATTERN}', '') ELSE {column} END")
-
-
-@dataclass(frozen=True, slots=True)
-class StartedExecution:
-    execution_id: str
-    fencing_token: int
-    attempt: int
+_NOT_STARTED = sql_statuses(NOT_STARTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +139,13 @@ def finish_executions(
 
 
 def cancel_pending_executions(job_id: uuid.UUID | str, *, by: str) -> int:
-    """Cancel the executions of a job that have not started (``SCHEDULED``/``DISPATCHED``), in
-    the caller's transaction; how many. One statement with their audit rows."""
+    """Cancel the executions of a job that have not started (``SCHEDULED``, ``DISPATCHED``,
+    ``RETRY_WAIT``), in the caller's transaction; how many. One statement with their audit rows."""
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s "
             # nosec B608 # the audit SQL is built from module constants; every value is a parameter
-            "WHERE job_id = %s AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+            f"WHERE job_id = %s AND status IN ({_NOT_STARTED}) "
             "RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, finished_at) "
             + audit.insert_select(
                 "u",
@@ -267,7 +257,7 @@ _START_ONE_SQL = (
     "fencing_token = fencing_token + 1, "
     f"reason = {unflagged_reason_sql('reason')} "
     "WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s "
-    "AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+    f"AND status IN ({_NOT_STARTED}) "
     "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
     f"scheduled_for, fencing_token), a AS ({_STARTED_AUDIT}) "
     "SELECT execution_id, fencing_token FROM u"
@@ -281,7 +271,7 @@ _START_SQL = _batched(
     "fencing_token = e.fencing_token + 1, "
     f"reason = {unflagged_reason_sql('e.reason')} {{rows}} "
     "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
-    "AND e.status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+    f"AND e.status IN ({_NOT_STARTED}) "
     "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.started_at, "
     "e.scheduled_for, e.fencing_token",
     f", a AS ({_STARTED_AUDIT}) "  # nosec B608 # module constants only

@@ -26,15 +26,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import redis
 from django.db import DatabaseError, close_old_connections
 
 from scheduler import occurrences, rollups
 from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
+from scheduler.lifecycle import execution_id_for
+from scheduler.occurrences import JobAdvance
 from scheduler.ownership import ShardOwnership
-from scheduler.timers import ClaimedTimer, TimerStore, execution_id_for
+from scheduler.timers import ClaimedTimer, TimerStore
 
 if TYPE_CHECKING:
     from scheduler.beat import BeatCounters
@@ -57,22 +59,37 @@ MAX_IN_FLIGHT = 2_000
 log = logging.getLogger("chrono.beat")
 
 
+# Named tuples rather than dataclasses: the beat makes one of each per job, and a NamedTuple is
+# read at a tuple's cost and built for ~0.2 µs (a frozen dataclass with slots: ~0.3 µs).
+class Fired(NamedTuple):
+    """A claimed timer whose job fires: the occurrences to publish for it (one, several after a
+    misfire, none when an overlap policy held them back) and the job's next fire time (None:
+    none, a one-time job)."""
+
+    timer: ClaimedTimer
+    job: occurrences.DueJob
+    fire_ms: list[int]
+    next_ms: int | None
+
+
+class Ack(NamedTuple):
+    """A claimed timer to acknowledge, and the next fire time to add for it (None: none)."""
+
+    timer: ClaimedTimer
+    next_ms: int | None
+
+
 @dataclass
 class ConfirmedBatch:
-    """A claimed batch after its publish was confirmed: what is left to record and ack.
-
-    ``fired`` holds, per claimed timer whose job fired: the job, the occurrences published for
-    it (one, or several after a misfire) and its next fire time (None: none, one-time job)."""
+    """A claimed batch after its publish was confirmed: what is left to record and ack."""
 
     leases: dict[int, str]
-    acks: list[tuple[ClaimedTimer, int | None]] = field(default_factory=list)
-    fired: list[tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]] = field(
-        default_factory=list
-    )
+    acks: list[Ack] = field(default_factory=list)
+    fired: list[Fired] = field(default_factory=list)
     confirmed_at_ms: int = 0
 
     def shards(self) -> set[int]:
-        return {t.shard for t, _ in self.acks} | {f[0].shard for f in self.fired}
+        return {a.timer.shard for a in self.acks} | {f.timer.shard for f in self.fired}
 
 
 @dataclass
@@ -80,7 +97,7 @@ class Prepared:
     """A prepared occurrence (or several, after a misfire) waiting for its fire time."""
 
     leases: dict[int, str]
-    fired: tuple[ClaimedTimer, occurrences.DueJob, list[int], int | None]
+    fired: Fired
     messages: list[TaskMessage]
 
 
@@ -94,8 +111,8 @@ def drop_unsure_leases(
         log.warning("replica %s: lease of shards %s may have expired; publishing nothing of "
                     "them", replica_id, sorted(unsure))
         counters.fenced += len(unsure)
-        batch.fired = [f for f in batch.fired if f[0].shard not in unsure]
-        batch.acks = [a for a in batch.acks if a[0].shard not in unsure]
+        batch.fired = [f for f in batch.fired if f.timer.shard not in unsure]
+        batch.acks = [a for a in batch.acks if a.timer.shard not in unsure]
 
 
 class Firer(threading.Thread):
@@ -246,10 +263,9 @@ class Firer(threading.Thread):
             confirmed = True
             batch.confirmed_at_ms = self.clock()
             self.counters.published += confirmation.size
-            self.counters.redelivered += sum(1 for t, *_ in batch.fired if t.redelivered)
+            self.counters.redelivered += sum(1 for f in batch.fired if f.timer.redelivered)
             self.counters.note_lateness(batch.confirmed_at_ms - fire_ms
-                                        for _, _, fire_ms_list, _ in batch.fired
-                                        for fire_ms in fire_ms_list)
+                                        for fired in batch.fired for fire_ms in fired.fire_ms)
             self._done(batch)
         return confirmed
 
@@ -324,7 +340,7 @@ class Recorder(threading.Thread):
                     [(execution_id_for(job.job_id, fire_ms), confirmed_ms)
                      for confirmed_ms, (_, job, fire_ms_list, _) in fired
                      for fire_ms in fire_ms_list],
-                    advances=[(job.job_id, t.fire_at_ms, nxt, confirmed_ms)
+                    advances=[JobAdvance(job.job_id, t.fire_at_ms, nxt, confirmed_ms)
                               for confirmed_ms, (t, job, _, nxt) in fired],
                 )
             counted = rollups.recorder()
@@ -347,13 +363,13 @@ class Recorder(threading.Thread):
 
 def _ack_runs(
     batches: Sequence[ConfirmedBatch], advanced: set[str]
-) -> list[tuple[dict[int, str], list[tuple[ClaimedTimer, int | None]]]]:
+) -> list[tuple[dict[int, str], list[Ack]]]:
     """The acks of ``batches`` as runs that share one view of the leases (a batch whose lease
     on a shard differs from the run's starts a new run). A fired timer whose job was not
     advanced (edited or deleted meanwhile) is acknowledged without a next fire time."""
-    runs: list[tuple[dict[int, str], list[tuple[ClaimedTimer, int | None]]]] = []
+    runs: list[tuple[dict[int, str], list[Ack]]] = []
     for batch in batches:
-        acks = list(batch.acks) + [(t, nxt if job.job_id in advanced else None)
+        acks = list(batch.acks) + [Ack(t, nxt if job.job_id in advanced else None)
                                    for t, job, _, nxt in batch.fired]
         if not acks:
             continue

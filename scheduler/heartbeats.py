@@ -18,6 +18,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.db import DatabaseError, close_old_connections, connection
 
 from chronocore.config import get_config
+from chronocore.probe import Progress
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.metrics import heartbeat_progress
 from search import audit
@@ -60,21 +61,26 @@ def beat_heart(
 
 
 class HeartbeatThread(threading.Thread):
-    def __init__(self, worker_id: str, queue_name: str) -> None:
+    """Upserts the worker's row every ``interval_ms`` and marks ``progress`` (its /health)."""
+
+    def __init__(self, worker_id: str, queue_name: str, *, interval_ms: int,
+                 progress: Progress) -> None:
         super().__init__(name="chrono-heartbeat", daemon=True)
         self.worker_id = worker_id
         self.queue_name = queue_name
+        self.interval_ms = interval_ms
+        self.progress = progress
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        interval_s = get_config().worker_heartbeat_interval_ms / 1000
+        interval_s = self.interval_ms / 1000
         up_recorded = False
         while not self.stopping.is_set():
             try:
                 beat_heart(self.worker_id, queue_name=self.queue_name,
                            event=None if up_recorded else audit.WORKER_UP)
                 up_recorded = True
-                heartbeat_progress().mark()  # the worker's /health
+                self.progress.mark()  # the worker's /health
             except DatabaseError as exc:
                 log.error("heartbeat of %s failed, retrying: %r", self.worker_id, exc)
                 close_old_connections()
@@ -95,7 +101,12 @@ _thread: HeartbeatThread | None = None
 def _start_heartbeats(sender: object = None, **_: object) -> None:
     global _thread
     queues = ",".join(q.name for q in sender.app.amqp.queues.consume_from.values())
-    _thread = HeartbeatThread(sender.hostname, queues)
+    # A Celery signal handler, in the workers of any app that lists this module: nothing owns
+    # the heartbeats to hand them a configuration, so the process's is read here.
+    config = get_config()
+    _thread = HeartbeatThread(sender.hostname, queues,
+                              interval_ms=config.worker_heartbeat_interval_ms,
+                              progress=heartbeat_progress(config))
     _thread.start()
 
 

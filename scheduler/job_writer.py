@@ -38,6 +38,7 @@ from scheduler.errors import InvalidJob, TaskNotGranted
 from scheduler.misfire import jittered_ms
 from scheduler.models import Job, JobStatus
 from scheduler.specs import ExecutionOptions, JobSpec, Limits
+from scheduler.timers import timer_store
 from search import audit
 
 TIMER_BATCH = 10_000
@@ -55,6 +56,9 @@ _PER_REQUEST = ("tenant", "status")  # created_at, updated_at: the database's de
 
 def current_limits() -> Limits:
     """The limits a spec is checked against now (from the config, and the clock)."""
+    # The one job writer serves every way in (the Python API an app calls, the REST views, the
+    # decorators, sync-jobs): its callers are the process edges, with no owner to hand it a
+    # configuration, so it reads the process's here and in announce_before_ms.
     config = get_config()
     return Limits(now_ms=now_ms(), default_queue=config.default_queue,
                   max_payload_bytes=config.max_payload_bytes,
@@ -150,7 +154,7 @@ def add_timer_on_commit(job: Job) -> None:
     timer = (str(job.job_id), datetime_to_ms(job.next_run_at))
     announce_before = announce_before_ms()
     transaction.on_commit(
-        lambda: _timer_store().add([timer], announce_before_ms=announce_before))
+        lambda: timer_store().add([timer], announce_before_ms=announce_before))
 
 
 # ----------------------------------------------------------------------------------- COPY mode
@@ -278,14 +282,6 @@ def new_job_ids(count: int) -> list[str]:
 
 def add_timers(timers: list[tuple[str, int]], announce_before_ms: int) -> None:
     """Add timers to Redis, one pipelined round trip per ``TIMER_BATCH``."""
-    store = _timer_store()
+    store = timer_store()
     for start in range(0, len(timers), TIMER_BATCH):
         store.add(timers[start:start + TIMER_BATCH], announce_before_ms=announce_before_ms)
-
-
-def _timer_store():
-    # The process's timer store is built in scheduler.api for now, which imports this module;
-    # when it moves to scheduler.timers (issue 18, item 3) this becomes a top-level import.
-    from scheduler.api import timer_store
-
-    return timer_store()

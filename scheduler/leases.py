@@ -24,10 +24,9 @@ import uuid
 import redis
 from django.db import DatabaseError, close_old_connections, connection
 
-from chronocore.config import get_config
-from scheduler.cancellation import CANCEL_CHANNEL
+from chronocore.config import ChronoConfig
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.occurrences import LOCK_EXECUTIONS_IN_ORDER
+from scheduler.lifecycle import CANCEL_CHANNEL, LOCK_EXECUTIONS_IN_ORDER
 
 log = logging.getLogger("chrono.worker")
 
@@ -137,12 +136,12 @@ _keeper: LeaseKeeper | None = None
 _keeper_lock = threading.Lock()
 
 
-def lease_keeper() -> LeaseKeeper:
-    """This process's keeper (a forked child gets its own: the thread does not survive fork)."""
+def lease_keeper(config: ChronoConfig) -> LeaseKeeper:
+    """This process's keeper, started with ``config``'s settings the first time (a forked
+    child gets its own: the thread does not survive fork)."""
     global _keeper
     with _keeper_lock:
         if _keeper is None or not _keeper.is_alive():
-            config = get_config()
             _keeper = LeaseKeeper(ttl_ms=config.execution_lease_ttl_ms,
                                   cancel_grace_ms=config.cancel_grace_ms,
                                   redis_url=config.redis_url)

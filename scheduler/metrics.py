@@ -22,7 +22,6 @@ Latencies are in seconds, as Prometheus' conventions want; the buckets' bounds i
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import cache
 from typing import TYPE_CHECKING
 
 from celery.signals import worker_process_init
@@ -30,7 +29,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from chronocore.config import ChronoConfig, get_config
+from chronocore.config import ChronoConfig
 from chronocore.probe import Check, CheckResult, ProbeServer, Progress, serve_probe
 from scheduler import multiprocess_metrics
 
@@ -171,19 +170,26 @@ def serve_beat_probe(beat: Beat, *, port: int, address: str,
 # -- the worker -------------------------------------------------------------------------------
 
 
-@cache
-def heartbeat_progress() -> Progress:
-    """The worker's heartbeats (its main process): stale once the reaper would call it dead."""
-    config = get_config()
-    return Progress("heartbeat", stale_after_ms=config.worker_heartbeat_interval_ms
-                    * config.worker_dead_after_missed_heartbeats)
+_heartbeat_progress: Progress | None = None
 
 
-def worker_checks() -> dict[str, Check]:
-    return {"heartbeat": heartbeat_progress().check}
+def heartbeat_progress(config: ChronoConfig) -> Progress:
+    """The worker's heartbeats (its main process): stale once the reaper would call it dead.
+    One per process, made with the settings of its first caller (the probe and the heartbeat
+    thread are given the same configuration by the worker's command and signal handler)."""
+    global _heartbeat_progress
+    if _heartbeat_progress is None:
+        _heartbeat_progress = Progress(
+            "heartbeat", stale_after_ms=config.worker_heartbeat_interval_ms
+            * config.worker_dead_after_missed_heartbeats)
+    return _heartbeat_progress
 
 
-def serve_worker_probe(*, port: int, address: str) -> ProbeServer:
+def worker_checks(config: ChronoConfig) -> dict[str, Check]:
+    return {"heartbeat": heartbeat_progress(config).check}
+
+
+def serve_worker_probe(*, config: ChronoConfig, port: int, address: str) -> ProbeServer:
     """Serve a worker's ``/metrics`` and ``/health`` from its main process. In multiprocess
     mode (a prefork worker) ``/metrics`` adds up the files of every process of the worker."""
     directory = multiprocess_metrics.active()
@@ -192,6 +198,6 @@ def serve_worker_probe(*, port: int, address: str) -> ProbeServer:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)
     server = serve_probe(process="worker", port=port, address=address, registry=registry,
-                         checks=worker_checks(), progresses=[heartbeat_progress()])
+                         checks=worker_checks(config), progresses=[heartbeat_progress(config)])
     worker_process_init.connect(lambda **_: server.close_inherited(), weak=False)
     return server

@@ -2,8 +2,9 @@
 
 States are the vocabulary of DESIGN.md: a job is ACTIVE, PAUSED, COMPLETED or CANCELLED; an
 execution moves SCHEDULED → DISPATCHED → RUNNING → SUCCEEDED / FAILED / … Transitions are
-conditional updates (``WHERE status = <expected>``) made in :mod:`scheduler.executions` and
-:mod:`scheduler.api`, never by saving a model instance blindly.
+conditional updates (``WHERE status = <expected>``) made by the lifecycle's stages (their rules and
+the table of moves are :mod:`scheduler.lifecycle`) and :mod:`scheduler.api`, never by saving a
+model instance blindly.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class ExecutionQuerySet(models.QuerySet):
 class Execution(models.Model):
     """One occurrence of a job, dispatched to a worker.
 
-    The first attempt of an occurrence has a deterministic id (:func:`scheduler.timers.
+    The first attempt of an occurrence has a deterministic id (:func:`scheduler.lifecycle.
     execution_id_for`), so a timer published twice (a beat died between publish and ack) maps to
     one row, and the worker-side start (``DISPATCHED → RUNNING``) lets only one delivery run.
     """

@@ -14,17 +14,29 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from django.db import connection
 
 from scheduler import prepared
 from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.cron import CronSchedule, parse_cron
+from scheduler.lifecycle import (
+    CANCELLED_AUDIT,
+    IN_FLIGHT,
+    LOCK_EXECUTIONS_IN_ORDER,
+    NOT_STARTED,
+    announce_cancel,
+    execution_id_for,
+    sql_statuses,
+)
 from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import JobStatus
 from scheduler.retry import RetryPolicy, effective_policy
-from scheduler.timers import execution_id_for
 from search import audit
+
+_IN_FLIGHT = sql_statuses(IN_FLIGHT)
+_NOT_STARTED = sql_statuses(NOT_STARTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +115,6 @@ def _retry_policy(policy_json: str, max_retries: int) -> RetryPolicy:
     return effective_policy(json.loads(policy_json), max_retries)
 
 
-def decode_json(value: object) -> object:
-    # psycopg returns jsonb already decoded; a text column would need json.loads.
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
     """For claimed timers ``(job id, fire ms)``: insert a ``SCHEDULED`` execution for every
     one whose job is ACTIVE with ``next_run_at`` equal to the fire time (an id that exists, a
@@ -147,25 +154,35 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
         return {str(row[0]): _due_job(row) for row in cursor.fetchall()}
 
 
-# Rows of chrono_execution locked in one order (by id) before a statement updates several: the
-# beat's recorder, a worker's batched starts and finishes and its lease renewals update the same
-# rows at the same moment, and two statements locking rows in different orders deadlock.
-LOCK_EXECUTIONS_IN_ORDER = (
-    "SELECT execution_id FROM chrono_execution WHERE execution_id = ANY({ids}::uuid[]) "
-    "ORDER BY execution_id FOR UPDATE"
-)
+class JobAdvance(NamedTuple):
+    """A job to move on after its occurrence ``fired_ms`` was confirmed at ``confirmed_ms``:
+    to ``next_ms``, or, None, to COMPLETED (a one-time job)."""
+
+    job_id: str
+    fired_ms: int
+    next_ms: int | None
+    confirmed_ms: int
+
+
+class PlannedOccurrence(NamedTuple):
+    """An occurrence a misfire or overlap decision wrote down: fired (``skip_reason`` None)
+    or skipped for the reason given."""
+
+    job: DueJob
+    fire_ms: int
+    skip_reason: str | None
 
 
 def record_dispatched(
     dispatched: Sequence[tuple[uuid.UUID, int]],
     *,
-    advances: Sequence[tuple[str, int, int | None, int]],
+    advances: Sequence[JobAdvance],
 ) -> set[str]:
     """After RabbitMQ confirmed their publish: mark executions ``(execution id, confirm ms)``
-    ``DISPATCHED`` (unless a worker already started them) and advance each job ``(job id,
-    fired ms, next ms or None, confirm ms)`` whose ``next_run_at`` still equals the fired
-    occurrence. Returns the ids of the jobs advanced. One statement (both updates commit
-    together or not at all), one round trip, for any number of confirmed batches."""
+    ``DISPATCHED`` (unless a worker already started them) and advance each job whose
+    ``next_run_at`` still equals the fired occurrence. Returns the ids of the jobs advanced.
+    One statement (both updates commit together or not at all), one round trip, for any number
+    of confirmed batches."""
     with prepared.cursor() as cursor:
         cursor.execute(
             "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
@@ -191,7 +208,7 @@ def record_dispatched(
                 [ms_to_datetime(ms) for _, ms in dispatched],
                 [execution_id for execution_id, _ in dispatched],
                 [uuid.UUID(job_id) for job_id, _, _, _ in advances],
-                [ms_to_datetime(fired) for _, fired, _, _ in advances],
+                [ms_to_datetime(fired_ms) for _, fired_ms, _, _ in advances],
                 [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
                 [ms_to_datetime(ms) for _, _, _, ms in advances],
             )],
@@ -199,12 +216,10 @@ def record_dispatched(
         return {str(row[0]) for row in cursor.fetchall()}
 
 
-def record_misfires(
-    occurrences: Sequence[tuple[DueJob, int, str | None]],
-) -> None:
-    """Write the executions of a misfire plan: ``(job, occurrence ms, None)`` to fire (inserted
-    ``SCHEDULED``), ``(job, occurrence ms, reason)`` skipped (``SKIPPED`` with the reason; a row
-    the claim inserted as ``SCHEDULED`` is turned ``SKIPPED``). One statement."""
+def record_misfires(occurrences: Sequence[PlannedOccurrence]) -> None:
+    """Write the executions of a misfire plan: those to fire are inserted ``SCHEDULED``, the
+    skipped ones ``SKIPPED`` with their reason (a row the claim inserted as ``SCHEDULED`` is
+    turned ``SKIPPED``). One statement."""
     if not occurrences:
         return
     with connection.cursor() as cursor:
@@ -274,7 +289,8 @@ def active_executions(
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT job_id, execution_id, status FROM chrono_execution WHERE job_id = ANY(%s) "
-            "AND status IN ('SCHEDULED', 'DISPATCHED', 'RUNNING', 'RETRY_WAIT') "
+            # nosec B608 # a status list of scheduler.lifecycle's constants; values are parameters
+            f"AND status IN ({_IN_FLIGHT}) "
             "AND NOT execution_id = ANY(%s)",
             [[uuid.UUID(j) for j in job_ids], list(exclude)],
         )
@@ -299,14 +315,12 @@ def forget_scheduled(execution_ids: Sequence[str]) -> None:
 def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> None:
     """Overlap policy ``cancel_previous``: earlier waiting occurrences are cancelled, running
     ones are asked to stop (announced to their workers)."""
-    from scheduler.cancellation import CANCEL_CHANNEL, CANCELLED_AUDIT
-
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = now(), "
             # nosec B608 # CANCELLED_AUDIT is a module constant
             "reason = 'replaced by a newer occurrence (overlap policy cancel_previous)' "
-            "WHERE job_id = ANY(%s) AND status IN ('SCHEDULED', 'DISPATCHED', 'RETRY_WAIT') "
+            f"WHERE job_id = ANY(%s) AND status IN ({_NOT_STARTED}) "
             "AND NOT execution_id = ANY(%s) "
             "RETURNING execution_id, job_id, tenant_id, attempt, reason, finished_at) "
             + CANCELLED_AUDIT,
@@ -320,8 +334,5 @@ def cancel_previous(job_ids: Sequence[str], *, exclude: Sequence[uuid.UUID]) -> 
             [[uuid.UUID(j) for j in job_ids]],
         )
         running = [str(row[0]) for row in cursor.fetchall()]
-    if running:
-        from scheduler.api import timer_store
-
-        timer_store().client.publish(CANCEL_CHANNEL, "\n".join(running))
+    announce_cancel(running)
 

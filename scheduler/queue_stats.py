@@ -20,16 +20,12 @@ from dataclasses import dataclass
 import amqp
 
 from scheduler.dispatch import amqp_connection_params
+from scheduler.errors import BrokerUnavailable
 
 CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 2.0
 
 log = logging.getLogger("chrono.queues")
-
-
-class BrokerUnavailable(Exception):
-    """Raised when RabbitMQ cannot be reached or fails a passive declare for a reason other than
-    the queue's absence; the inspector reconnects on its next call."""
 
 
 @dataclass(frozen=True, slots=True)

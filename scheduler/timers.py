@@ -19,24 +19,20 @@ Redis is an index, PostgreSQL the truth: everything here can be rebuilt from the
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 import redis
 
+from chronocore.config import get_config
+from chronocore.redis_client import redis_client
 from scheduler.sharding import shard_for, shard_tag
 
 ANNOUNCE_CHANNEL = "chrono:announce"
 LUA_DIR = Path(__file__).with_name("lua")
-EXECUTION_NAMESPACE = uuid.UUID("6b1f3c0e-8d0a-4e59-9a55-0c5f7c1e2a10")
-
-
-class LeaseLost(Exception):
-    """Raised when a claim or ack finds that the caller's shard lease is gone (fenced)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +43,6 @@ class ClaimedTimer:
     fire_at_ms: int
     shard: int
     redelivered: bool
-
-
-# The beat computes an occurrence's id when it inserts its execution, builds its message and
-# records it: a uuid5 (a SHA-1) each time, unless remembered for the next few seconds of jobs.
-@lru_cache(maxsize=65_536)
-def execution_id_for(job_id: str, fire_at_ms: int) -> uuid.UUID:
-    """The id of the first attempt of one occurrence: the same for every publish of it."""
-    return uuid.uuid5(EXECUTION_NAMESPACE, f"{job_id}@{fire_at_ms}")
 
 
 @cache
@@ -230,3 +218,12 @@ class TimerStore:
             pipe.zcard(due)
             pipe.zcard(inflight)
         return sum(pipe.execute())
+
+
+@cache
+def timer_store() -> TimerStore:
+    """This process's timer store, on its one Redis pool (:func:`chronocore.redis_client.
+    redis_client`; ``timer_store.cache_clear()`` drops it). The beat and the reaper are handed
+    theirs by their commands; this is for what has no owner to be handed one by: the Python API,
+    the REST views and Celery tasks of any app, so the configuration is read here, once."""
+    return TimerStore(redis_client(), shard_count=get_config().shard_count)

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from functools import cache, partial
+from functools import partial
 from typing import TypeVar
 
 from celery import Task
@@ -31,7 +31,7 @@ from celery.signals import task_unknown
 from django.db import DatabaseError, connection
 
 from chronocore import grants
-from chronocore.config import get_config
+from chronocore.config import ChronoConfig, get_config
 from scheduler import metrics, rollups
 from scheduler.attempts import (
     end_attempt,
@@ -44,18 +44,14 @@ from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
-from scheduler.executions import (
-    FinishRequest,
-    StartedExecution,
-    StartRequest,
-    finish_executions,
-    start_executions,
-)
+from scheduler.executions import FinishRequest, StartRequest, finish_executions, start_executions
 from scheduler.failures import failure_error, failure_traceback
 from scheduler.leases import lease_keeper
+from scheduler.lifecycle import StartedExecution
 from scheduler.models import ExecutionStatus
 from scheduler.prepared import OwnConnection
 from scheduler.retry import RetryPolicy
+from scheduler.timers import timer_store
 
 log = logging.getLogger("chrono.worker")
 T = TypeVar("T")
@@ -92,10 +88,36 @@ def _retrying(record: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-@cache
-def _publisher() -> Publisher:
-    """This worker process's publisher for next attempts (created after the pool forked)."""
-    return Publisher(get_config().broker_url, origin="chrono-worker")
+class WorkerRuntime:
+    """What Chrono's side of one worker process runs with, built from its configuration: the
+    settings a task reads and the publisher of next attempts (made on first use, after the pool
+    forked: a connection does not survive a fork; nor does the lease keeper's thread, which
+    :func:`scheduler.leases.lease_keeper` starts with this configuration)."""
+
+    def __init__(self, config: ChronoConfig) -> None:
+        self.config = config
+        self.lease_ttl_ms = config.execution_lease_ttl_ms
+        self.default_queue = config.default_queue
+        self._publisher: Publisher | None = None
+
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            self._publisher = Publisher(self.config.broker_url, origin="chrono-worker")
+        return self._publisher
+
+
+_runtime: WorkerRuntime | None = None
+
+
+def runtime() -> WorkerRuntime:
+    """This process's :class:`WorkerRuntime`."""
+    global _runtime
+    if _runtime is None:
+        # The process edge: Celery builds ChronoTask itself, in the workers of any app that
+        # uses it, so nothing owns the integration to hand it a configuration; the process's
+        # is read here, once, and everything the integration builds is given it.
+        _runtime = WorkerRuntime(get_config())
+    return _runtime
 
 
 class ChronoTask(Task):
@@ -105,14 +127,15 @@ class ChronoTask(Task):
         execution_id = getattr(self.request, "chrono_execution_id", None)
         if not execution_id:
             return super().__call__(*args, **kwargs)
-        if (refused := self._grant_refusal()) is not None:
+        settings = runtime()
+        if (refused := self._grant_refusal(settings)) is not None:
             self._refuse(execution_id, refused)
             return None
         request = StartRequest(
             execution_id=execution_id,
             attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
             worker_id=self.request.hostname or "unknown",
-            lease_ttl_ms=get_config().execution_lease_ttl_ms,
+            lease_ttl_ms=settings.lease_ttl_ms,
             at_ms=now_ms(),
         )
         try:
@@ -132,7 +155,7 @@ class ChronoTask(Task):
         counted.note_started(request.at_ms, tenant_id, self.name, request.at_ms - fire_ms)
         if request.attempt == 1:
             metrics.observe_start_lateness(request.at_ms - fire_ms)
-        keeper = lease_keeper()
+        keeper = lease_keeper(settings.config)
         keeper.hold(execution_id, started.fencing_token)
         try:
             result = super().__call__(*args, **kwargs)
@@ -141,7 +164,7 @@ class ChronoTask(Task):
             failed_ms = now_ms()
             counted.note_finished(failed_ms, tenant_id, self.name, succeeded=False,
                                   duration_ms=failed_ms - request.at_ms)
-            metrics.count_outcome(self._after_failure(started, exc))
+            metrics.count_outcome(self._after_failure(started, exc, settings))
             raise
         keeper.release(execution_id)
         finish = FinishRequest(started, ExecutionStatus.SUCCEEDED, result=result, exit_code=0,
@@ -161,7 +184,9 @@ class ChronoTask(Task):
         metrics.count_outcome("succeeded" if recorded else "refused")
         return result
 
-    def _after_failure(self, started: StartedExecution, exc: Exception) -> str:
+    def _after_failure(
+        self, started: StartedExecution, exc: Exception, settings: WorkerRuntime
+    ) -> str:
         """Record a failed run (its retry policy decides what follows); the outcome's name."""
         if isinstance(exc, SoftTimeLimitExceeded) and finish_cancelled(started):
             log.info("execution %s cancelled while running", started.execution_id)
@@ -184,11 +209,10 @@ class ChronoTask(Task):
         if outcome.status != "RETRY_WAIT":
             log.info("execution %s ended %s", started.execution_id, outcome.status)
             return metrics.outcome_of_status(outcome.status)
-        from scheduler.api import timer_store
-
         try:
-            how = send_attempt(next_attempt_message(self._message(), outcome.attempt), outcome,
-                               publisher=_publisher(), store=timer_store())
+            how = send_attempt(
+                next_attempt_message(self._message(settings.default_queue), outcome.attempt),
+                outcome, publisher=settings.publisher(), store=timer_store())
         except DispatchError as exc_send:
             # The reaper republishes RETRY_WAIT executions whose retry time has long passed.
             log.error("could not send attempt %d of %s (the reaper will): %r", outcome.attempt,
@@ -198,11 +222,11 @@ class ChronoTask(Task):
                  outcome.attempt, outcome.delay_ms, how)
         return "retrying"
 
-    def _grant_refusal(self) -> str | None:
+    def _grant_refusal(self, settings: WorkerRuntime) -> str | None:
         """Why this delivery's tenant may not run it here; None when it may."""
         tenant_id = getattr(self.request, "chrono_tenant_id", None)
         queue = ((self.request.delivery_info or {}).get("routing_key")
-                 or get_config().default_queue)
+                 or settings.default_queue)
         if not tenant_id:
             return f"the message of task {self.name!r} names no tenant (chrono_tenant_id)"
         return grants.refusal(tenant_id, self.name, queue)
@@ -226,14 +250,14 @@ class ChronoTask(Task):
         raw = getattr(self.request, "chrono_retry_policy", None)
         return RetryPolicy.from_json(json.loads(raw)) if raw else RetryPolicy()
 
-    def _message(self) -> TaskMessage:
+    def _message(self, default_queue: str) -> TaskMessage:
         """This delivery as a message, to send again for the next attempt."""
         request = self.request
         hard, soft = (list(request.timelimit or ()) + [None, None])[:2]
         return TaskMessage(
             task_id=request.id,
             task_name=self.name,
-            queue=(request.delivery_info or {}).get("routing_key") or get_config().default_queue,
+            queue=(request.delivery_info or {}).get("routing_key") or default_queue,
             args=list(request.args or ()),
             kwargs=dict(request.kwargs or {}),
             chrono_headers={k: v for k, v in vars(request).items() if k.startswith("chrono_")},

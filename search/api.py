@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chronocore.config import get_config
+from chronocore.config import ChronoConfig, get_config
 from chronocore.rest.permissions import IsTenantClient, tenant_of
 from chronocore.rest.throttling import TenantRateThrottle
 from search.audit import ACTIONS
@@ -53,9 +53,8 @@ class SearchEngineUnavailable(APIException):
     )
 
 
-def search_client() -> SearchClient:
-    """This process's client of the engine ``SEARCH_URL`` names (one connection pool)."""
-    config = get_config()
+def search_client(config: ChronoConfig) -> SearchClient:
+    """This process's client of the engine ``config`` names (one connection pool)."""
     return _client(config.search_url, config.search_api_key)
 
 
@@ -64,11 +63,12 @@ def _client(url: str, api_key: str) -> SearchClient:
     return SearchClient(url, api_key=api_key or None, read_timeout_s=30.0)
 
 
-def run_search(query: AuditQuery, *, counts: bool = False) -> AuditPage:
-    """Run ``query`` on the audit data stream; raises :class:`SearchEngineUnavailable`."""
-    stream = AuditStream.from_config()
+def run_search(query: AuditQuery, *, config: ChronoConfig, counts: bool = False) -> AuditPage:
+    """Run ``query`` on the audit data stream ``config`` names; raises
+    :class:`SearchEngineUnavailable`."""
+    stream = AuditStream.from_config(config)
     try:
-        reply = search_client().search(stream.name, query.body(counts=counts))
+        reply = search_client(config).search(stream.name, query.body(counts=counts))
     except SearchNotFound:
         reply = {}  # no event indexed yet: the indexer creates the stream at its start
     except SearchUnavailable as exc:
@@ -128,6 +128,8 @@ class AuditSearchView(APIView):
             description="The search engine did not answer.")},
     )
     def get(self, request: Request) -> Response:
+        # A DRF view, built by the framework per request: the process edge, nothing to hand it
+        # a configuration.
         config = get_config()
         try:
             query = parse_audit_query(
@@ -138,7 +140,7 @@ class AuditSearchView(APIView):
             )
         except InvalidAuditQuery as exc:
             raise ValidationError(exc.errors) from None
-        page = run_search(replace(query, hidden_fields=HIDDEN_FROM_TENANTS))
+        page = run_search(replace(query, hidden_fields=HIDDEN_FROM_TENANTS), config=config)
         next_url = None
         if page.next_cursor:
             params = request.query_params.copy()

@@ -157,13 +157,8 @@ class SearchClient:
         self._engine: EngineInfo | None = None
 
     @classmethod
-    def from_config(cls, config: ChronoConfig | None = None, **options: Any) -> SearchClient:
-        """A client for ``config.search_url`` (``SEARCH_URL``; the process-wide config's by
-        default)."""
-        if config is None:
-            from chronocore.config import get_config
-
-            config = get_config()
+    def from_config(cls, config: ChronoConfig, **options: Any) -> SearchClient:
+        """A client for ``config.search_url`` (``SEARCH_URL``) with its API key."""
         options.setdefault("api_key", config.search_api_key or None)
         return cls(config.search_url, **options)
 

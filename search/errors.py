@@ -1,15 +1,29 @@
-"""The exception family of Chrono's search-engine client: every error it raises is a SearchError.
+"""The exception family of the search package: every error it raises is a SearchError.
 
-urllib3's errors never leave :mod:`search.client`; they are translated here at the boundary, so a
-caller (the indexer loop, the search API) decides what to do from one of these classes alone:
-:class:`SearchUnavailable` is worth a retry with back-off, a :class:`SearchRequestError` is not.
+Most come from the search-engine client: urllib3's errors never leave :mod:`search.client`; they
+are translated here at the boundary, so a caller (the indexer loop, the search API) decides what to
+do from one of these classes alone: :class:`SearchUnavailable` is worth a retry with back-off, a
+:class:`SearchRequestError` is not. :class:`InvalidAuditQuery` is the user's: search parameters
+the API and the admin page refuse (a 400 naming each parameter). The REST API's own answers
+(``search.api.SearchEngineUnavailable``, a 503) are DRF exceptions, as in ``chronoadmin.api``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class SearchError(Exception):
-    """Base class of every error the search client raises."""
+    """Base class of every error the search package raises."""
+
+
+class InvalidAuditQuery(SearchError, ValueError):
+    """Raised when search parameters cannot be used; ``errors`` maps each parameter at fault to
+    what to change."""
+
+    def __init__(self, errors: Mapping[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = dict(errors)
 
 
 class SearchUnavailable(SearchError):

@@ -118,11 +118,7 @@ class AuditStream:
     namespace: str
 
     @classmethod
-    def from_config(cls, config: ChronoConfig | None = None) -> AuditStream:
-        if config is None:
-            from chronocore.config import get_config
-
-            config = get_config()
+    def from_config(cls, config: ChronoConfig) -> AuditStream:
         return cls(config.audit_namespace)
 
     @property

@@ -21,6 +21,7 @@ from typing import Any
 from django.utils.dateparse import parse_datetime
 
 from search.audit import ACTIONS, FAILURE, SUCCESS, UNKNOWN
+from search.errors import InvalidAuditQuery
 
 OUTCOMES = (SUCCESS, FAILURE, UNKNOWN)
 ORDERS = ("asc", "desc")
@@ -39,15 +40,6 @@ MAX_CURSOR_CHARS = 100  # two 19-digit numbers in base64 take 59
 MAX_CURSOR_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MAX_CURSOR_SEQUENCE = 2**63 - 1  # a long
 INVALID_CURSOR = "Invalid cursor; use the cursor in the next link of the previous page, unchanged."
-
-
-class InvalidAuditQuery(ValueError):
-    """Raised when search parameters cannot be used; ``errors`` maps each parameter at fault to
-    what to change."""
-
-    def __init__(self, errors: Mapping[str, list[str]]) -> None:
-        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
-        self.errors = dict(errors)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def _fresh_config():
     """Settings were built before this module set REDIS_URL: drop every cached config."""
     from chronocore.config import get_config
     from chronocore.redis_client import redis_client
-    from scheduler.api import timer_store
+    from scheduler.timers import timer_store
 
     get_config.cache_clear()
     redis_client.cache_clear()
@@ -61,9 +61,9 @@ def services_up():
 
 @pytest.fixture
 def redis_client(services_up):
-    from scheduler.api import timer_store
+    from chronocore.redis_client import redis_client as process_client
 
-    client = timer_store().client
+    client = process_client()
     client.flushdb()
     yield client
     client.flushdb()

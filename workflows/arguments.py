@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workflows.errors import ArgumentError
+from workflows.errors import ArgumentError, TemplateError
 from workflows.states import StepStatus
 
 if TYPE_CHECKING:
@@ -131,15 +131,6 @@ def _map_reference(text: str, parts: list[str], default: Any) -> Reference:
     if parts[1] == "index" and len(parts) > 2:
         raise ValueError(f"reference {text!r}: an index has no fields")
     return Reference(text, "map", None, parts[1], tuple(parts[2:]), default)
-
-
-class TemplateError(ValueError):
-    """Raised when an argument template holds a malformed reference; ``path`` is its place."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(f"{path}: {message}")
 
 
 def compile_template(value: Any, path: str) -> Any:

@@ -47,6 +47,16 @@ class DefinitionError(WorkflowError):
         return [p.path for p in self.problems]
 
 
+class TemplateError(WorkflowError, ValueError):
+    """Raised when a step's argument template holds a malformed reference (the definition's
+    validation reports it as a problem); ``path`` is its place."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
 class ArgumentError(WorkflowError):
     """Raised when a step's argument reference cannot be resolved at run time (the evaluator
     turns it into a FAILED step); ``path`` is the argument's place, e.g. ``kwargs.rows``."""

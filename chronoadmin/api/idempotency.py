@@ -26,6 +26,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from chronoadmin.api.errors import IdempotencyKeyReused, IdempotentRequestInProgress
+
+# get_config() here: called by the REST views (and purge_idempotency_keys, a command): the process
+# edge.
 from chronocore.config import get_config
 from chronocore.models import IdempotencyRecord, Tenant
 from chronocore.rest.permissions import tenant_of

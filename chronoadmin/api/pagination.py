@@ -13,6 +13,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 
+# get_config() here: DRF builds a paginator per request (and its schema at start-up): the process
+# edge, nothing owns it to hand it the configuration.
 from chronocore.config import get_config
 
 PAGE_SIZE_PARAM = "page_size"

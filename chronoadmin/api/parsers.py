@@ -23,6 +23,9 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
 from chronoadmin.api.errors import RequestTooLarge
+
+# get_config() here: DRF builds its parsers per request: the process edge, nothing owns them to
+# hand them the configuration.
 from chronocore.config import get_config
 
 # Every digit as "0", every other byte as a space: a long run of digits is then a substring.

@@ -12,6 +12,9 @@ from __future__ import annotations
 import uuid
 
 from chronoadmin.api.errors import QuotaExceeded
+
+# get_config() here: called by the REST views per request: the process edge, nothing owns it to
+# hand it the configuration.
 from chronocore.config import get_config
 from chronocore.rest.gcra import api_redis
 from scheduler.models import Job

@@ -81,6 +81,8 @@ class ChronoViewSet(viewsets.GenericViewSet):
     ordering: tuple[str, ...] = ("-created_at", "-pk")
 
     def max_request_bytes(self) -> int:
+        # DRF builds its views per request: the process edge, nothing owns them to hand them the
+        # configuration (here and in the views below).
         return get_config().api_max_request_bytes
 
     def get_object(self):

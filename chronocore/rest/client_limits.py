@@ -22,6 +22,8 @@ from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+# get_config() here: DRF's authentication and throttles call these per request: the process edge,
+# nothing owns them to hand them the configuration.
 from chronocore.config import get_config
 from chronocore.rest import gcra
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+# get_config() here: DRF builds a throttle per request: nothing owns it to hand it the
+# configuration, so it reads the process's (the edge).
 from chronocore.config import get_config
 from chronocore.rest import gcra
 from chronocore.rest.authentication import TenantClient

@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, ExecutionStatus, Job, OverlapPolicy
-from scheduler.timers import execution_id_for
+from scheduler.timers import timer_store
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -94,7 +95,7 @@ def test_a_late_occurrence_meeting_an_overlap_policy_does_not_wedge_the_beat(
         scheduled_for=ms_to_datetime(late_ms - 1_000), status=previous_status,
         worker_id="gone@host" if previous_status == ExecutionStatus.RUNNING else None,
         lease_expires_at=ms_to_datetime(now_ms() + 600_000))
-    api.timer_store().add([(str(job.job_id), late_ms)])
+    timer_store().add([(str(job.job_id), late_ms)])
     bystander = api.schedule_once("chrono.noop", tenant=tenant, delay=timedelta(milliseconds=300),
                                   queue=platform.queue)
     beat = platform.start_beat()

@@ -47,7 +47,7 @@ def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
     assert all(e.dispatched_at >= e.scheduled_for for e in executions), "published early"
     assert all(e.worker_id for e in executions)
     assert platform.redis.dbsize() > 0  # the runs hash; timers themselves are all acknowledged
-    from scheduler.api import timer_store
+    from scheduler.timers import timer_store
 
     # Acknowledged in Redis right after the recorder's statement that completed the jobs.
     assert wait_for(lambda: timer_store().pending_count() == 0, timeout_s=5)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler import api
-from scheduler.api import timer_store
-from scheduler.attempts import RETRY_TIMER_SEPARATOR
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.lifecycle import RETRY_TIMER_SEPARATOR
 from scheduler.models import Execution, ExecutionStatus
+from scheduler.timers import timer_store
 from tests.helpers import attempts_log, runs, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

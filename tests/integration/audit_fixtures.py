@@ -22,7 +22,7 @@ from search.indexer import Indexer
 
 @pytest.fixture(scope="session")
 def search_client(services_up):
-    with SearchClient.from_config() as client:
+    with SearchClient.from_config(get_config()) as client:
         yield client
 
 

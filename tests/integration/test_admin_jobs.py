@@ -9,8 +9,9 @@ from django.contrib.auth.models import User
 
 from scheduler import api
 from scheduler.clock import datetime_to_ms
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, Job, JobStatus
-from scheduler.timers import execution_id_for
+from scheduler.timers import timer_store
 from search import audit
 from search.models import AuditEvent
 
@@ -39,7 +40,7 @@ def act(staff, action: str, *jobs: Job):
 def test_pause_and_resume_from_the_admin_move_the_timer_and_are_audited(staff, tenant,
                                                                         redis_client):
     job = cron_job(tenant)
-    store = api.timer_store()
+    store = timer_store()
     assert store.fire_time_of(str(job.job_id)) is not None
 
     response = act(staff, "pause_jobs", job)
@@ -68,7 +69,7 @@ def test_deleting_from_the_admin_takes_the_executions_the_timer_and_writes_the_a
     assert response.status_code == 200
     assert not Job.objects.filter(pk=job.job_id).exists()
     assert not Execution.objects.filter(job_id=job.job_id).exists()
-    assert api.timer_store().fire_time_of(str(job.job_id)) is None
+    assert timer_store().fire_time_of(str(job.job_id)) is None
     assert AuditEvent.objects.get(job_id=job.job_id, action=audit.JOB_DELETED).actor == "user:ops"
 
     act_response = staff.post("/admin/scheduler/job/", {
@@ -76,7 +77,7 @@ def test_deleting_from_the_admin_takes_the_executions_the_timer_and_writes_the_a
         follow=True)
     assert act_response.status_code == 200
     assert not Job.objects.filter(pk=other.job_id).exists()
-    assert api.timer_store().fire_time_of(str(other.job_id)) is None
+    assert timer_store().fire_time_of(str(other.job_id)) is None
 
 
 def test_the_form_edits_the_name_only_and_no_job_is_added_here(staff, tenant, redis_client):

@@ -13,6 +13,7 @@ from django.test import Client
 from scheduler import api
 from scheduler.fire_times import fire_time_rows
 from scheduler.models import Execution, ExecutionStatus, JobStatus, JobWatch
+from scheduler.timers import timer_store
 from search import audit
 from search.models import AuditEvent
 
@@ -45,7 +46,7 @@ def test_the_pause_button_pauses_through_the_api_and_the_fire_times_go(staff, te
     assert "Pause: done." in answer.content.decode()
     job.refresh_from_db()
     assert job.status == JobStatus.PAUSED
-    assert api.timer_store().fire_time_of(str(job.job_id)) is None
+    assert timer_store().fire_time_of(str(job.job_id)) is None
     assert AuditEvent.objects.get(job_id=job.job_id, action=audit.JOB_PAUSED).actor == "user:ops"
     page = answer.content.decode()
     assert 'id="no-fire-times"' in page and 'class="fire-time"' not in page

@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from scheduler.api import timer_store
 from scheduler.clock import datetime_to_ms
 from scheduler.models import Job, JobStatus
+from scheduler.timers import timer_store
 
 pytestmark = pytest.mark.django_db
 

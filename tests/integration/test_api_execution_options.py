@@ -11,13 +11,13 @@ import pytest
 
 from chronocore.config import get_config
 from scheduler import occurrences
-from scheduler.api import timer_store
 from scheduler.beat import _task_message
 from scheduler.clock import datetime_to_ms
 from scheduler.dispatch import Publisher, amqp_connection_params
 from scheduler.misfire import MisfirePolicy, MisfireRule, jittered_ms
 from scheduler.models import Job
 from scheduler.retry import RetryPolicy
+from scheduler.timers import timer_store
 
 pytestmark = pytest.mark.django_db
 

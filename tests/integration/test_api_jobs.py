@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.api import timer_store
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.models import Job, JobStatus
+from scheduler.timers import timer_store
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ import pytest
 from scheduler import api
 from scheduler.attempts import end_attempt
 from scheduler.executions import start_execution
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution
 from scheduler.retry import RetryPolicy
-from scheduler.timers import execution_id_for
 from search import audit
 from search.models import AuditEvent
 

@@ -17,8 +17,8 @@ from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
 from scheduler.heartbeats import beat_heart
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, ExecutionStatus
-from scheduler.timers import execution_id_for
 from search import audit
 from search.models import AuditEvent
 from tests.integration.audit_support import actions, documents, ship_all
@@ -35,7 +35,8 @@ def dispatch(job) -> str:
     next_ms = None if due.schedule is None else due.schedule.next_fire_ms(fire_ms)
     confirmed_ms = now_ms()
     occurrences.record_dispatched([(execution_id, confirmed_ms)],
-                                  advances=[(str(job.job_id), fire_ms, next_ms, confirmed_ms)])
+                                  advances=[occurrences.JobAdvance(
+                                      str(job.job_id), fire_ms, next_ms, confirmed_ms)])
     return str(execution_id)
 
 
@@ -148,12 +149,13 @@ def test_occurrences_the_misfire_policy_did_not_fire_are_missed_and_other_skips_
     due_job = due[str(job.job_id)]
     hour_ms = 3_600_000
     base = datetime_to_ms(job.next_run_at) - 10 * hour_ms
+    planned = occurrences.PlannedOccurrence
     occurrences.record_misfires([
-        (due_job, base, "missed (misfire policy skip)"),
-        (due_job, base + hour_ms, "overlap: the previous run was still running"),
-        (due_job, base + 2 * hour_ms, None),  # fires: not a skip
+        planned(due_job, base, "missed (misfire policy skip)"),
+        planned(due_job, base + hour_ms, "overlap: the previous run was still running"),
+        planned(due_job, base + 2 * hour_ms, None),  # fires: not a skip
     ])
-    occurrences.record_misfires([(due_job, base, "missed (misfire policy skip)")])  # a repeat
+    occurrences.record_misfires([planned(due_job, base, "missed (misfire policy skip)")])  # again
     ship_all(indexer)
 
     docs = documents(search_client, audit_stream, chrono__job_id=job.job_id)

@@ -14,8 +14,8 @@ from chronocore.config import get_config
 from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import ExecutionStatus
-from scheduler.timers import execution_id_for
 from search import audit
 from tests.integration.audit_support import ship_all
 from tests.integration.conftest import platform_staff_user
@@ -34,7 +34,8 @@ def run_job(tenant, *, fail: bool = False, job_type: str = "billing.charge") -> 
     execution_id = str(execution_id_for(str(job.job_id), fire_ms))
     confirmed_ms = now_ms()
     occurrences.record_dispatched([(uuid.UUID(execution_id), confirmed_ms)],
-                                  advances=[(str(job.job_id), fire_ms, None, confirmed_ms)])
+                                  advances=[occurrences.JobAdvance(
+                                      str(job.job_id), fire_ms, None, confirmed_ms)])
     started = start_execution(execution_id, attempt=1, worker_id="w1", lease_ttl_ms=60_000)
     if fail:
         finish_execution(started, status=ExecutionStatus.FAILED,

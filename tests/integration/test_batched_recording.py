@@ -17,8 +17,8 @@ from scheduler.executions import (
     finish_executions,
     start_executions,
 )
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution, ExecutionStatus
-from scheduler.timers import execution_id_for
 from search import audit
 from search.models import AuditEvent
 

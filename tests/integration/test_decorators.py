@@ -13,7 +13,6 @@ from celery.signals import task_prerun
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from scheduler.api import timer_store
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.cron import parse_cron
 from scheduler.decorators import chrono_job
@@ -25,6 +24,7 @@ from scheduler.errors import (
 )
 from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import Job, JobStatus
+from scheduler.timers import timer_store
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from scheduler import api, occurrences, worker
 from scheduler.batching import Coalescer
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import start_executions
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Execution
-from scheduler.timers import execution_id_for
 from tests.integration.audit_support import ship_all
 
 pytest_plugins = ["tests.integration.audit_fixtures"]
@@ -41,7 +41,7 @@ def charge(self, invoice: int) -> None:
 def in_process_worker(monkeypatch):
     """The worker's recording on this test's connection, without a lease keeper thread."""
     monkeypatch.setattr(worker, "_starts", Coalescer(start_executions))
-    monkeypatch.setattr(worker, "lease_keeper", lambda: type(
+    monkeypatch.setattr(worker, "lease_keeper", lambda config: type(
         "Keeper", (), {"hold": lambda *a: None, "release": lambda *a: None})())
 
 
@@ -52,7 +52,8 @@ def run_failing_task(tenant) -> str:
     occurrences.load_and_insert([(str(job.job_id), fire_ms)])
     execution_id = str(execution_id_for(str(job.job_id), fire_ms))
     occurrences.record_dispatched([(uuid.UUID(execution_id), now_ms())],
-                                  advances=[(str(job.job_id), fire_ms, None, now_ms())])
+                                  advances=[occurrences.JobAdvance(
+                                      str(job.job_id), fire_ms, None, now_ms())])
     charge.push_request(chrono_execution_id=execution_id, chrono_attempt="1",
                         chrono_tenant_id=str(tenant.tenant_id),
                         hostname="w1@host", args=[77], kwargs={}, delivery_info={})

@@ -18,8 +18,8 @@ from chronocore.models import Tenant
 from scheduler import api, job_counts, occurrences
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.errors import SchedulerError
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import Job, JobCount, JobStatus
-from scheduler.timers import execution_id_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,7 +58,7 @@ def test_every_way_a_job_changes_is_counted(tenant, other_tenant, tenant_api, re
     occurrences.load_and_insert([(str(once.job_id), fire_ms)])
     occurrences.record_dispatched(
         [(execution_id_for(str(once.job_id), fire_ms), now_ms())],
-        advances=[(str(once.job_id), fire_ms, None, now_ms())])
+        advances=[occurrences.JobAdvance(str(once.job_id), fire_ms, None, now_ms())])
     assert Job.objects.get(job_id=once.job_id).status == JobStatus.COMPLETED
     assert_counts_match(tenant, other_tenant)
 

@@ -16,6 +16,7 @@ from scheduler.clock import datetime_to_ms
 from scheduler.errors import InvalidJob, TaskNotGranted
 from scheduler.misfire import jittered_ms
 from scheduler.models import Job
+from scheduler.timers import timer_store
 from search.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +64,7 @@ def test_both_modes_spread_a_cron_jobs_first_occurrence_by_its_id(
         job.refresh_from_db()
         expected = jittered_ms(str(job.job_id), jittered.fire_at_ms, 200_000)
         assert datetime_to_ms(job.next_run_at) == expected
-        assert api.timer_store().fire_time_of(str(job.job_id)) == expected
+        assert timer_store().fire_time_of(str(job.job_id)) == expected
 
 
 def test_schedule_once_many_writes_by_copy_with_its_audit_rows_and_timers(
@@ -78,7 +79,7 @@ def test_schedule_once_many_writes_by_copy_with_its_audit_rows_and_timers(
         assert (row.args, row.name, row.queue) == ([1, 2], "batch", "chrono")
         assert datetime_to_ms(row.next_run_at) == datetime_to_ms(at) == \
             datetime_to_ms(job.next_run_at)
-        assert api.timer_store().fire_time_of(str(job.job_id)) == datetime_to_ms(at)
+        assert timer_store().fire_time_of(str(job.job_id)) == datetime_to_ms(at)
     events = AuditEvent.objects.filter(action="job.created")
     assert {(e.actor, e.data["name"], e.data["job_type"]) for e in events} == {
         ("user:erin", "batch", "tests.noop")}

@@ -8,13 +8,13 @@ from scheduler import api
 from scheduler.clock import datetime_to_ms
 from scheduler.ownership import ShardOwnership
 from scheduler.reconcile import rebuild_all, reconcile_shard
-from scheduler.timers import shard_keys
+from scheduler.timers import shard_keys, timer_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_missing_and_misplaced_timers_are_repaired_and_others_left_alone(tenant, redis_client):
-    store = api.timer_store()
+    store = timer_store()
     missing = api.schedule_once("chrono.noop", tenant=tenant, delay=600)
     misplaced = api.schedule_once("chrono.noop", tenant=tenant, delay=600)
     claimed = api.schedule_once("chrono.noop", tenant=tenant, delay=0)
@@ -40,7 +40,7 @@ def test_missing_and_misplaced_timers_are_repaired_and_others_left_alone(tenant,
 
 
 def test_a_job_finished_since_it_was_read_is_not_put_back(tenant, redis_client):
-    store = api.timer_store()
+    store = timer_store()
     job = api.schedule_once("chrono.noop", tenant=tenant, delay=600)
     store.remove([str(job.job_id)])
     api.cancel(job.job_id, tenant=tenant)
@@ -52,7 +52,7 @@ def test_rebuild_writes_every_pending_timer(tenant, redis_client):
     jobs = [api.schedule_once("chrono.noop", tenant=tenant, delay=600 + i) for i in range(25)]
     api.pause(jobs[0].job_id, tenant=tenant)
     redis_client.flushdb()
-    assert rebuild_all(api.timer_store()) == 24
-    assert api.timer_store().fire_time_of(str(jobs[0].job_id)) is None
-    assert api.timer_store().fire_time_of(str(jobs[1].job_id)) == datetime_to_ms(
+    assert rebuild_all(timer_store()) == 24
+    assert timer_store().fire_time_of(str(jobs[0].job_id)) is None
+    assert timer_store().fire_time_of(str(jobs[1].job_id)) == datetime_to_ms(
         jobs[1].next_run_at)

@@ -9,6 +9,7 @@ from scheduler.clock import datetime_to_ms
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
 from scheduler.models import Job
 from scheduler.retry import RetryPolicy
+from scheduler.timers import timer_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,7 +19,7 @@ def test_the_same_idempotency_key_twice_yields_one_job(tenant, redis_client):
     again = api.schedule_once("chrono.noop", tenant=tenant, delay=60, idempotency_key="order-7")
     assert again.job_id == first.job_id
     assert Job.objects.filter(tenant=tenant).count() == 1
-    assert api.timer_store().pending_count() == 1
+    assert timer_store().pending_count() == 1
 
 
 def test_idempotency_keys_are_scoped_per_tenant(tenant, other_tenant, redis_client):
@@ -69,7 +70,7 @@ def test_a_payload_over_the_limit_is_refused_and_nothing_is_written(tenant, redi
     with pytest.raises(PayloadTooLarge, match="limit is"):
         api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=["x" * 300_000])
     assert not Job.objects.exists()
-    assert api.timer_store().pending_count() == 0
+    assert timer_store().pending_count() == 0
 
 
 def test_an_unknown_overlap_policy_is_refused(tenant, redis_client):
@@ -90,7 +91,7 @@ def test_configure_changes_how_occurrences_run_and_keeps_max_retries_in_step(
     assert (job.max_retries, RetryPolicy.from_json(job.retry_policy)) == (5, policy)
     assert (job.soft_timeout_ms, job.hard_timeout_ms, job.overlap_policy) == (1_000, None, "allow")
     assert (job.misfire_policy, job.misfire_fire_all_limit, job.jitter_ms) == ("fire_all", 2, 5_000)
-    assert api.timer_store().fire_time_of(str(job.job_id)) == datetime_to_ms(job.next_run_at)
+    assert timer_store().fire_time_of(str(job.job_id)) == datetime_to_ms(job.next_run_at)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,7 @@ def test_occurrences_missed_while_paused_follow_the_misfire_policy_with_no_grace
         assert next_ms <= now_ms()
     else:
         assert next_ms > now_ms()
-    assert api.timer_store().fire_time_of(str(job.job_id)) == next_ms
+    assert timer_store().fire_time_of(str(job.job_id)) == next_ms
 
 
 @pytest.mark.parametrize(("schedule", "kwargs", "field", "message"), [

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from chronocore.config import get_config
 from search.client import (
     BulkOutcome,
     Engine,
@@ -36,7 +37,7 @@ MAPPINGS = {
 
 @pytest.fixture(scope="module")
 def client(services_up):
-    with SearchClient.from_config() as client:
+    with SearchClient.from_config(get_config()) as client:
         yield client
 
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from scheduler.ownership import REPLICAS_KEY, ShardOwnership
-from scheduler.timers import TimerStore, execution_id_for, shard_keys
+from scheduler.timers import TimerStore, shard_keys
 
 SHARDS = 8
 
@@ -136,11 +136,6 @@ def test_ownership_splits_shards_between_live_replicas_and_hands_over_on_leave(s
     assert store.client.zscore(REPLICAS_KEY, "a") is None
     b.refresh(now_ms=1_300)
     assert sorted(b.leases) == list(range(SHARDS))
-
-
-def test_execution_id_is_the_same_for_every_publish_of_one_occurrence():
-    assert execution_id_for("job", 1_000) == execution_id_for("job", 1_000)
-    assert execution_id_for("job", 1_000) != execution_id_for("job", 2_000)
 
 
 def test_a_lease_is_surely_held_only_until_its_ttl_minus_a_margin(store):

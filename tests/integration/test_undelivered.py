@@ -16,7 +16,8 @@ from reaper.undelivered import _WAITING_SQL, check_undelivered
 from scheduler import api
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.dispatch import Publisher, amqp_connection_params, declare_queue
-from scheduler.executions import UNDELIVERED_REASON_PREFIX, start_execution
+from scheduler.executions import start_execution
+from scheduler.lifecycle import UNDELIVERED_REASON_PREFIX
 from scheduler.models import Execution
 from scheduler.queue_stats import QueueInspector
 
@@ -128,7 +129,7 @@ def test_the_reapers_pass_runs_the_check_and_counts_what_it_flagged(
     chrono_config(undelivered_flag_after_ms=1_000, undelivered_check_interval_ms=100)
     config = get_config()
     dispatched(tenant, queue, waited_ms=3_000)
-    from scheduler.api import timer_store
+    from scheduler.timers import timer_store
 
     reaper = Reaper(config=config, publisher=Publisher(config.broker_url), store=timer_store())
     try:

@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from scheduler import occurrences
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import finish_execution, start_execution
+from scheduler.lifecycle import execution_id_for
 from scheduler.models import ExecutionStatus, Job
-from scheduler.timers import execution_id_for
 from workflows import engine
 from workflows.grid import run_grid
 from workflows.runs import StepRef
@@ -33,7 +33,8 @@ def run_step(run, key: str, *, status: ExecutionStatus | None, took_ms: int = 12
     occurrences.load_and_insert([(job_id, fire_ms)])
     execution_id = execution_id_for(job_id, fire_ms)
     occurrences.record_dispatched([(execution_id, now_ms())],
-                                  advances=[(job_id, fire_ms, None, now_ms())])
+                                  advances=[occurrences.JobAdvance(job_id, fire_ms, None,
+                                                                   now_ms())])
     started_ms = now_ms()
     started = start_execution(str(execution_id), attempt=1, worker_id="w1",
                               lease_ttl_ms=60_000, at_ms=started_ms)

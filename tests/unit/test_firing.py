@@ -18,7 +18,7 @@ from chronocore.config import load_config
 from scheduler.beat import Beat, BeatCounters, BeatThreadDied, prepare_at
 from scheduler.clock import now_ms
 from scheduler.dispatch import Confirmation, DispatchError, Publisher
-from scheduler.firing import ConfirmedBatch, Firer, Prepared, _ack_runs
+from scheduler.firing import ConfirmedBatch, Fired, Firer, Prepared, _ack_runs
 from scheduler.timers import ClaimedTimer, TimerStore
 
 
@@ -96,7 +96,7 @@ def prepared(fire_ms: int, *, shard: int = 0, job: str = "job") -> Prepared:
                          redelivered=False)
     # A message that tells its fire time, to check when it went out.
     message = SimpleNamespace(fire_ms=fire_ms, chrono_headers={})
-    return Prepared(LEASES, (timer, SimpleNamespace(job_id=job), [fire_ms], None), [message])
+    return Prepared(LEASES, Fired(timer, SimpleNamespace(job_id=job), [fire_ms], None), [message])
 
 
 def test_each_occurrence_is_published_at_its_fire_time_never_before():
@@ -118,7 +118,7 @@ def test_each_occurrence_is_published_at_its_fire_time_never_before():
     assert not f.is_alive()
     assert counters.published == 4
     assert sum(len(b.fired) for b in recorder.batches) == 4
-    assert all(b.confirmed_at_ms >= max(fire for _, _, fires, _ in b.fired for fire in fires)
+    assert all(b.confirmed_at_ms >= max(fire for f in b.fired for fire in f.fire_ms)
                for b in recorder.batches)
 
 
@@ -135,7 +135,7 @@ def test_a_publish_that_fails_is_tried_again_and_nothing_is_dropped():
 
     assert counters.failed_iterations == 2
     assert [fire for _, messages in publisher.batches for fire in messages] == [due, due]
-    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["a", "b"]
+    assert [f.job.job_id for b in recorder.batches for f in b.fired] == ["a", "b"]
 
 
 def test_a_shard_whose_lease_may_have_expired_publishes_nothing_and_is_not_acked():
@@ -147,7 +147,7 @@ def test_a_shard_whose_lease_may_have_expired_publishes_nothing_and_is_not_acked
     f.finish()
 
     assert [m for _, messages in publisher.batches for m in messages] == [due]
-    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["kept"]
+    assert [f.job.job_id for b in recorder.batches for f in b.fired] == ["kept"]
     assert counters.fenced == 1
 
 
@@ -165,8 +165,8 @@ def test_the_next_batch_goes_out_while_the_confirm_of_the_one_before_is_on_its_w
     first_confirmed = publisher.confirmed[0][0]
     assert sent[1] < first_confirmed and sent[2] < first_confirmed
     assert all(at - fire < 20 for at, fires in publisher.batches for fire in fires)
-    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["j0", "j20", "j40"]
-    assert all(b.confirmed_at_ms - b.fired[0][2][0] >= 60 for b in recorder.batches)
+    assert [f.job.job_id for b in recorder.batches for f in b.fired] == ["j0", "j20", "j40"]
+    assert all(b.confirmed_at_ms - b.fired[0].fire_ms[0] >= 60 for b in recorder.batches)
     assert counters.published == 3
 
 
@@ -181,7 +181,7 @@ def test_a_nacked_batch_is_published_again_and_recorded_once():
     f.finish()
 
     assert [fires for _, fires in publisher.batches] == [[due], [due]]
-    assert [f[1].job_id for b in recorder.batches for f in b.fired] == ["a"]
+    assert [f.job.job_id for b in recorder.batches for f in b.fired] == ["a"]
     assert counters.failed_iterations == 1 and counters.published == 1
 
 
@@ -227,7 +227,8 @@ def timer(job: str, shard: int) -> ClaimedTimer:
 
 def fired_batch(leases: dict[int, str], *jobs: tuple[str, int]) -> ConfirmedBatch:
     return ConfirmedBatch(leases=leases, fired=[
-        (timer(job, shard), SimpleNamespace(job_id=job), [1_000], 2_000) for job, shard in jobs])
+        Fired(timer(job, shard), SimpleNamespace(job_id=job), [1_000], 2_000)
+        for job, shard in jobs])
 
 
 def test_batches_claimed_under_the_same_leases_are_acked_in_one_run():

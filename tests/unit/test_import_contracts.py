@@ -98,10 +98,10 @@ def test_the_scratch_copy_keeps_every_contract_before_it_is_broken(scratch_tree:
         ),
         pytest.param(
             "chronocore/_upward.py",
-            '"""Scratch."""\n\nfrom scheduler.api import timer_store  # noqa: F401\n',
+            '"""Scratch."""\n\nfrom scheduler.timers import timer_store  # noqa: F401\n',
             "layers",
             ["chronocore is not allowed to import scheduler",
-             "chronocore._upward -> scheduler.api"],
+             "chronocore._upward -> scheduler.timers"],
             id="ground-floor-importing-scheduler",
         ),
         pytest.param(
@@ -124,6 +124,23 @@ def test_the_scratch_copy_keeps_every_contract_before_it_is_broken(scratch_tree:
             "localservices-from-the-top",
             ["search._services -> localservices"],
             id="search-starting-local-services",
+        ),
+        pytest.param(
+            "scheduler/lifecycle.py",
+            "\n\ndef _start():\n    from scheduler.executions import start_execution\n\n"
+            "    return start_execution\n",
+            "execution-lifecycle",
+            ["scheduler.lifecycle is not allowed to import scheduler.executions",
+             "scheduler.lifecycle -> scheduler.executions"],
+            id="lifecycle-rules-importing-a-stage",
+        ),
+        pytest.param(
+            "scheduler/occurrences.py",
+            '\n\nfrom scheduler.cancellation import request_cancel_running  # noqa: E402, F401\n',
+            "execution-lifecycle",
+            ["scheduler.occurrences is not allowed to import scheduler.cancellation",
+             "scheduler.occurrences -> scheduler.cancellation"],
+            id="one-lifecycle-stage-borrowing-from-another",
         ),
         pytest.param(
             "scheduler/cron.py",

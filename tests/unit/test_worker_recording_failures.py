@@ -10,7 +10,7 @@ from django.db import OperationalError
 from chronoadmin.celery import app
 from scheduler import worker
 from scheduler.batching import Coalescer
-from scheduler.executions import StartedExecution
+from scheduler.lifecycle import StartedExecution
 
 RAN: list[int] = []
 
@@ -50,7 +50,7 @@ def quick(monkeypatch):
     # Grants are not what these tests are about (tests/e2e/test_grants_worker.py): granted.
     monkeypatch.setattr(worker.grants, "refusal", lambda tenant_id, task_name, queue: None)
     monkeypatch.setattr(worker.connection, "close_if_unusable_or_obsolete", lambda: None)
-    monkeypatch.setattr(worker, "lease_keeper", lambda: type(
+    monkeypatch.setattr(worker, "lease_keeper", lambda config: type(
         "Keeper", (), {"hold": lambda *a: None, "release": lambda *a: None})())
     RAN.clear()
 

@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from chronoadmin.management.commands.dev import WEB_ADDR, run_until_interrupted, start_platform
 from chronocore import grants
+
+# get_config() here: a command is the process edge (the demo's queue).
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from scheduler import api

@@ -7,6 +7,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
+# get_config() here: a command is the process edge: the queues, the probe port and what it serves.
 from chronocore.config import get_config
 from scheduler import multiprocess_metrics
 
@@ -84,6 +85,6 @@ class Command(BaseCommand):
         try:
             port = chosen_port(metrics_port, config.metrics_port)
             if port:
-                serve_worker_probe(port=port, address=config.metrics_address)
+                serve_worker_probe(config=config, port=port, address=config.metrics_address)
         except ProbeError as exc:
             raise CommandError(str(exc)) from None

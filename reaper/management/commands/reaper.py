@@ -7,12 +7,14 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+# get_config() here: a command is the process edge: it reads the configuration and hands it to the
+# reaper.
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from reaper.metrics import serve_reaper_probe
 from reaper.reaper import Reaper
-from scheduler.api import timer_store
 from scheduler.dispatch import Publisher
+from scheduler.timers import timer_store
 
 
 class Command(BaseCommand):

@@ -9,13 +9,15 @@ import socket
 
 from django.core.management.base import BaseCommand, CommandError
 
+# get_config() here: a command is the process edge: it reads the configuration and hands it to the
+# beat.
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from chronocore.runtime import freeze_startup_heap
-from scheduler.api import timer_store
 from scheduler.beat import Beat
 from scheduler.dispatch import Publisher
 from scheduler.metrics import serve_beat_probe
+from scheduler.timers import timer_store
 
 
 class Command(BaseCommand):

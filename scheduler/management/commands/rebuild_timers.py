@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from scheduler.api import timer_store
 from scheduler.reconcile import timed_rebuild
+from scheduler.timers import timer_store
 
 
 class Command(BaseCommand):

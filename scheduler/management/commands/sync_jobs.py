@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+# get_config() here: a command is the process edge (the default queue of a task that names none).
 from chronocore.config import get_config
 from chronocore.grants import InvalidGrant, ensure_granted
 from scheduler.app_loading import AppNotFound, import_task_modules

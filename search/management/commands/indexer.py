@@ -6,6 +6,8 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+# get_config() here: a command is the process edge: it reads the configuration and hands it to the
+# indexer.
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from search.client import SearchClient

@@ -1,0 +1,166 @@
+"""The execution lifecycle's rules: ids, states and their moves, row locks, the cancel channel.
+
+An execution is one occurrence of a job, from the beat's insert to its end, through every attempt.
+The modules that move it each own a stage and import their rules from here, never from each
+other:
+
+* :mod:`scheduler.occurrences`: the beat inserts it ``SCHEDULED`` (or ``SKIPPED``) and records
+  it ``DISPATCHED`` once RabbitMQ confirmed its message; the overlap policy cancels earlier ones;
+* :mod:`scheduler.executions`: a worker starts it (``RUNNING``) and records its result;
+* :mod:`scheduler.attempts`: an attempt that failed or was lost goes to ``RETRY_WAIT`` (the next
+  attempt) or to its end;
+* :mod:`scheduler.cancellation`: a cancel ends one not started at once and asks a running one to
+  stop.
+
+**Ids.** The first attempt of an occurrence is ``uuid5(job id, fire ms)``
+(:func:`execution_id_for`), the same for every publish of it, which is how the worker-side start
+lets only one delivery run; later attempts keep the execution's id. An attempt that waits in the
+timer store has the timer id ``<execution id>#<attempt>`` (:func:`retry_timer_id`).
+
+**States.** :data:`TRANSITIONS` lists every status an execution can move to from each, as the
+statements of those modules make the moves (DESIGN.md, "States"); each move is one conditional
+update (``WHERE status IN (…)``) with its audit row in the same statement. The status sets those
+statements name are defined here, from that table (``tests/unit/test_lifecycle.py`` holds them to
+it).
+
+**Row locks.** A statement that updates several executions locks them in id order first
+(:data:`LOCK_EXECUTIONS_IN_ORDER`): the beat's recorder, a worker's batched starts and finishes
+and its lease renewals update the same rows at the same moment, and two statements locking rows
+in different orders deadlock.
+
+**Cancel channel.** A running execution asked to stop is announced on :data:`CANCEL_CHANNEL`
+(Redis pub/sub) to the worker running it (:mod:`scheduler.leases` listens).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from chronocore.redis_client import redis_client
+from scheduler.models import ExecutionStatus
+from search import audit
+
+# -- ids ------------------------------------------------------------------------------------
+
+EXECUTION_NAMESPACE = uuid.UUID("6b1f3c0e-8d0a-4e59-9a55-0c5f7c1e2a10")
+RETRY_TIMER_SEPARATOR = "#"
+
+
+# The beat computes an occurrence's id when it inserts its execution, builds its message and
+# records it: a uuid5 (a SHA-1) each time, unless remembered for the next few seconds of jobs.
+@lru_cache(maxsize=65_536)
+def execution_id_for(job_id: str, fire_at_ms: int) -> uuid.UUID:
+    """The id of the first attempt of one occurrence: the same for every publish of it."""
+    return uuid.uuid5(EXECUTION_NAMESPACE, f"{job_id}@{fire_at_ms}")
+
+
+def retry_timer_id(execution_id: str, attempt: int) -> str:
+    """The timer store's id of ``attempt`` of an execution waiting out a long backoff."""
+    return f"{execution_id}{RETRY_TIMER_SEPARATOR}{attempt}"
+
+
+def parse_retry_timer(timer_id: str) -> tuple[str, int]:
+    """``(execution id, attempt)`` of a :func:`retry_timer_id`."""
+    execution_id, attempt = timer_id.split(RETRY_TIMER_SEPARATOR)
+    return execution_id, int(attempt)
+
+
+# -- states and their moves -----------------------------------------------------------------
+
+_S = ExecutionStatus
+
+# What the beat inserts: an occurrence to fire, or one a misfire or overlap policy skipped.
+INITIAL = frozenset({_S.SCHEDULED, _S.SKIPPED})
+
+# From each status, the statuses a statement of the lifecycle modules may move it to.
+TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
+    # recorded after its publish; started (a worker can be faster than the recorder); skipped
+    # (a late misfire decision); cancelled; refused by the receiving worker (task unknown or
+    # not granted: FAILED, never retried)
+    _S.SCHEDULED: frozenset({_S.DISPATCHED, _S.RUNNING, _S.SKIPPED, _S.CANCELLED, _S.FAILED}),
+    _S.DISPATCHED: frozenset({_S.RUNNING, _S.CANCELLED, _S.FAILED}),
+    # published from a retry timer; started (sent at once or through a retry tier); cancelled
+    _S.RETRY_WAIT: frozenset({_S.DISPATCHED, _S.RUNNING, _S.CANCELLED}),
+    # finished; failed or lost: the next attempt, or the end; cancelled while running
+    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.DEAD_LETTERED,
+                           _S.CANCELLED}),
+    # ended badly: run once more by hand (scheduler.api.retry_execution)
+    _S.FAILED: frozenset({_S.RETRY_WAIT}),
+    _S.DEAD_LETTERED: frozenset({_S.RETRY_WAIT}),
+    _S.LOST: frozenset({_S.RETRY_WAIT}),
+    _S.SUCCEEDED: frozenset(),
+    _S.CANCELLED: frozenset(),
+    _S.SKIPPED: frozenset(),
+}
+
+# Not started yet: what a start accepts, and what a cancel ends at once (a running one is asked).
+NOT_STARTED = (_S.SCHEDULED, _S.DISPATCHED, _S.RETRY_WAIT)
+# Delivered to a worker that may not run it (task unknown, not granted): it ends before a start.
+DELIVERED = (_S.SCHEDULED, _S.DISPATCHED)
+# Waiting or running: what an overlap policy looks at.
+IN_FLIGHT = (_S.SCHEDULED, _S.DISPATCHED, _S.RUNNING, _S.RETRY_WAIT)
+
+
+def sql_statuses(statuses: Iterable[str]) -> str:
+    """``statuses`` as the list of an SQL ``IN (…)``: ``'SCHEDULED', 'DISPATCHED'``."""
+    return ", ".join(f"'{status}'" for status in statuses)
+
+
+# -- a started run --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartedExecution:
+    """A run a worker started: its result is written only with this fencing token."""
+
+    execution_id: str
+    fencing_token: int
+    attempt: int
+
+
+# -- row locks ------------------------------------------------------------------------------
+
+# Rows of chrono_execution locked in one order (by id) before a statement updates several.
+LOCK_EXECUTIONS_IN_ORDER = (
+    "SELECT execution_id FROM chrono_execution WHERE execution_id = ANY({ids}::uuid[]) "
+    "ORDER BY execution_id FOR UPDATE"
+)
+
+# -- the reaper's undelivered flag ----------------------------------------------------------
+
+# The reaper flags an execution that waits on a queue nobody consumes with a reason starting so
+# (:mod:`reaper.undelivered`), in front of any reason it had (a retry's "lost on …"); its start
+# takes the flag off again: it was delivered after all.
+UNDELIVERED_REASON_PREFIX = "no consumer on queue "
+UNDELIVERED_FLAG_PATTERN = "^no consumer on queue .*? for [0-9.]+ s(; |$)"
+
+
+def unflagged_reason_sql(column: str) -> str:
+    """SQL of ``column`` (an execution's reason) without the reaper's undelivered flag."""
+    return (f"CASE WHEN starts_with({column}, '{UNDELIVERED_REASON_PREFIX}') THEN "
+            f"regexp_replace({column}, '{UNDELIVERED_FLAG_PATTERN}', '') ELSE {column} END")
+
+
+# -- the cancel channel ---------------------------------------------------------------------
+
+CANCEL_CHANNEL = "chrono:cancel"
+# The audit row of a cancellation, in the statement that makes it (actor as a parameter), over
+# ``u``: the updated rows' execution_id, job_id, tenant_id, attempt, reason and finished_at.
+CANCELLED_AUDIT = audit.insert_select(
+    "u",
+    action_name=audit.EXECUTION_CANCELLED,
+    actor="%s",
+    occurred_at="u.finished_at",
+    execution_id="u.execution_id",
+    data="jsonb_build_object('attempt', u.attempt, 'reason', u.reason)",
+)
+
+
+def announce_cancel(execution_ids: Sequence[str]) -> None:
+    """Tell the workers running ``execution_ids`` to stop them (one message); a worker that
+    misses it sees the request at its next lease renewal."""
+    if execution_ids:
+        redis_client().publish(CANCEL_CHANNEL, "\n".join(execution_ids))
