@@ -61,3 +61,36 @@ def test_tenancy_moves_to_chronocore_and_back_without_touching_its_rows():
         assert _content_type_labels() == {("chronocore", model) for model in MOVED}
     finally:
         _migrate(leaves)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upgrade_grants_each_tenant_the_tasks_of_its_live_jobs_and_nothing_more():
+    """chronocore 0004: jobs that existed before task grants keep running after the upgrade
+    (their workers would refuse them otherwise); a finished job's task and any other task stay
+    ungranted; going back removes only those grants."""
+    leaves = _leaf_nodes()
+    try:
+        state = _migrate([("chronocore", "0003_tenant_memberships")])
+        tenant = state.get_model("chronocore", "Tenant").objects.create(slug="old", name="Old")
+        jobs = state.get_model("scheduler", "Job").objects
+        for task, queue, status in (("billing.charge", "billing", "ACTIVE"),
+                                    ("billing.charge", "billing", "PAUSED"),
+                                    ("reports.daily", "chrono", "PAUSED"),
+                                    ("old.finished", "chrono", "COMPLETED")):
+            jobs.create(tenant=tenant, job_type=task, queue=queue, status=status)
+        grants = state.get_model("chronocore", "TaskGrant").objects
+        grants.create(tenant=tenant, task_pattern="ops.*", queue_pattern="*", created_by="ops")
+
+        state = _migrate(leaves)
+        granted = set(state.get_model("chronocore", "TaskGrant").objects
+                      .filter(tenant_id=tenant.pk)
+                      .values_list("task_pattern", "queue_pattern"))
+        assert granted == {("billing.charge", "billing"), ("reports.daily", "chrono"),
+                           ("ops.*", "*")}
+
+        state = _migrate([("chronocore", "0003_tenant_memberships")])
+        assert set(state.get_model("chronocore", "TaskGrant").objects
+                   .filter(tenant_id=tenant.pk)
+                   .values_list("task_pattern", "queue_pattern")) == {("ops.*", "*")}
+    finally:
+        _migrate(leaves)

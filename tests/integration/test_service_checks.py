@@ -5,6 +5,7 @@ what its real CONFIG GET answers, through `chrono check` itself."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from chronocore.config import get_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
+SCRATCH_PASSWORD = secrets.token_hex(16)
 
 
 def test_the_services_the_suite_runs_on_pass(services_up):
@@ -43,15 +45,17 @@ def _free_port() -> int:
 @pytest.fixture
 def evicting_redis(tmp_path):
     """A redis-server of this test's own (not the shared one), on a free port, that evicts
-    keys when full and keeps no AOF; stopped when the test ends."""
+    keys when full and keeps no AOF; stopped when the test ends. It has a password of its own:
+    a loopback URL without one would be given the shared server's from the credentials file."""
     port = _free_port()
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--requirepass", SCRATCH_PASSWORD,
          "--appendonly", "no", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru",
          "--dir", str(tmp_path)],
         stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )
-    client = redis.Redis(port=port, socket_timeout=2)
+    client = redis.Redis(port=port, password=SCRATCH_PASSWORD, socket_timeout=2)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -79,7 +83,7 @@ def test_a_redis_that_evicts_and_keeps_no_aof_is_refused_by_what_it_answers(evic
 
 def test_chrono_check_fails_on_it_with_the_hint_and_other_commands_do_not_ask(evicting_redis):
     port, _ = evicting_redis
-    environ = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    environ = {**os.environ, "REDIS_URL": f"redis://:{SCRATCH_PASSWORD}@127.0.0.1:{port}/0"}
     checked = subprocess.run(
         [sys.executable, "-m", "chronoadmin.cli", "check", "--tag", SERVICES_TAG],
         cwd=REPO_ROOT, env=environ, capture_output=True, text=True, timeout=120, check=False)
