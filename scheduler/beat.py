@@ -333,10 +333,8 @@ class Beat:
             # Prepared and handed to the firer a slice at a time, earliest first: the firer
             # publishes the first slice while the next is prepared, rather than all of a burst
             # (a 10,000-way fan-out, the top of the minute) after the whole of it.
-            claimed.sort(key=lambda t: t.fire_at_ms)
-            for start in range(0, len(claimed), PREPARE_SLICE):
-                dispatch_isolating(self.dispatch, claimed[start:start + PREPARE_SLICE],
-                                   self._refused)
+            for part in prepare_slices(claimed):
+                dispatch_isolating(self.dispatch, part, self._refused)
             per_shard: dict[int, int] = defaultdict(int)
             for timer in claimed:
                 per_shard[timer.shard] += 1
@@ -500,6 +498,13 @@ PREPARE_SLICE = 500
 # Errors PostgreSQL raises for what a statement holds, not for being unreachable: retrying the
 # same batch cannot help, and a smaller one can.
 REFUSALS = (DataError, IntegrityError, ProgrammingError)
+
+
+def prepare_slices(claimed: Sequence[ClaimedTimer],
+                   size: int = PREPARE_SLICE) -> list[list[ClaimedTimer]]:
+    """A claim in the order to prepare it: earliest fire time first, ``size`` timers a slice."""
+    ordered = sorted(claimed, key=lambda t: t.fire_at_ms)
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
 
 
 def dispatch_isolating(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError, ProgrammingError
 
-from scheduler.beat import dispatch_isolating
+from scheduler.beat import PREPARE_SLICE, dispatch_isolating, prepare_slices
 from scheduler.timers import ClaimedTimer
 
 
@@ -49,3 +49,18 @@ def test_an_unreachable_database_is_not_split_but_raised_to_the_beat_loop():
     with pytest.raises(OperationalError):
         dispatch_isolating(dispatch, timers("a", "b"), lambda t, e: None)
     assert dispatch.calls == 1
+
+
+def test_a_large_claim_is_prepared_earliest_first_in_slices_of_at_most_the_slice_size():
+    """A 10,000-timer claim (a fan-out, the top of the minute) is prepared 500 at a time, so
+    the firer publishes the first slice while the next is prepared; nothing is dropped or
+    prepared twice, and no slice holds a timer due before one of the slice before it."""
+    claimed = [ClaimedTimer(timer_id=f"t{i}", fire_at_ms=(i * 7919) % 10_007, shard=i % 256,
+                            redelivered=False) for i in range(10_000)]
+    slices = prepare_slices(claimed)
+    assert [len(s) for s in slices] == [PREPARE_SLICE] * (10_000 // PREPARE_SLICE)
+    assert sorted(t.timer_id for s in slices for t in s) == sorted(t.timer_id for t in claimed)
+    fire_times = [t.fire_at_ms for s in slices for t in s]
+    assert fire_times == sorted(fire_times)
+    assert [len(s) for s in prepare_slices(claimed[:3])] == [3]
+    assert prepare_slices([]) == []
