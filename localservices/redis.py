@@ -104,12 +104,15 @@ class RedisService:
         return pid is not None and holds_port(pid, self.endpoint.port)
 
     def _ping(self, password: str | None) -> str:
-        """``ok``, ``refused`` (the server wants another password) or ``down``."""
+        """``ok``, ``refused`` (the server wants another password), ``loading`` (it took the
+        password but is still reading its append-only file) or ``down``."""
         try:
             with self._client(password) as client:
                 client.ping()
         except redis.AuthenticationError:
             return "refused"
+        except redis.BusyLoadingError:
+            return "loading"
         except redis.ResponseError as error:  # NOAUTH before Redis 6, WRONGPASS after
             return "refused" if "AUTH" in str(error).upper() else "down"
         except redis.RedisError:
@@ -117,8 +120,23 @@ class RedisService:
         return "ok"
 
     def ready(self) -> bool:
-        """Up, whether or not it takes the URL's password yet (``provision`` sets it)."""
-        return self._listening() and self._ping(None) != "down"
+        """Up and done loading, whether or not it takes the URL's password yet (``provision``
+        sets it).
+
+        A restarted Redis listens while it replays its append-only file and answers every
+        command but AUTH with LOADING, so "listening" is not "ready": the password that logs in
+        (the URL's, the configuration file's, or none) must get past that, or ``provision``
+        would take the server for one that refuses every password.
+        """
+        if not self._listening():
+            return False
+        states = {self._ping(password) for password in self._candidate_passwords()}
+        return "loading" not in states and states != {"down"}
+
+    def _candidate_passwords(self) -> tuple[str | None, ...]:
+        """The passwords the running server may take: the URL's, the one its configuration
+        file holds (what it was last given), none (a server of an older Chrono)."""
+        return (self.endpoint.password or None, self._configured_password(), None)
 
     def answers(self) -> bool:
         return self._listening() and self._ping(self.endpoint.password or None) == "ok"
@@ -187,7 +205,7 @@ class RedisService:
     def _set_password(self) -> None:
         """``CONFIG SET requirepass``, logged in with whichever password the server takes now:
         the URL's, the one its configuration file holds, or none (a server of an older Chrono)."""
-        for password in (self.endpoint.password or None, self._configured_password(), None):
+        for password in self._candidate_passwords():
             if self._ping(password) != "ok":
                 continue
             log.info("redis: requiring the password of REDIS_URL (CONFIG SET requirepass)")

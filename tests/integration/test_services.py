@@ -298,3 +298,52 @@ def test_rabbitmq_provision_refuses_a_node_of_another_data_directory(service_by_
     with pytest.raises(localservices.ServiceStartError, match="CHRONO_RABBITMQ_NODE_NAME"):
         impostor.provision()
     assert running._users() == users_before
+
+
+def _write_append_only_file(path: Path, *, keys: int, value_bytes: int) -> None:
+    """An append-only file of ``keys`` SETs in RESP, as a Redis that ran for a while leaves."""
+    value = b"v" * value_bytes
+    tail = b"\r\n$%d\r\n%s\r\n" % (len(value), value)
+    with path.open("wb") as out:
+        for start in range(0, keys, 10_000):
+            chunk = []
+            for i in range(start, min(start + 10_000, keys)):
+                key = b"chrono:test:%d" % i
+                chunk.append(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s%s" % (len(key), key, tail))
+            out.write(b"".join(chunk))
+
+
+def test_up_waits_for_a_restarted_redis_to_load_its_append_only_file(tmp_path_factory):
+    """After a reboot Redis listens while it replays its AOF and answers LOADING to a client
+    that logs in: ``up`` must wait for it, not take it for a server that refuses the password
+    (what a fresh machine's first ``make test`` met, with 54 MB of AOF)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Redis runs as its own user: the data directory must be reachable from outside root's tmp.
+    data_dir = Path(os.environ.get("CHRONO_DATA_DIR", "/var/lib/chrono")) / f"test-redis-{port}"
+    data_dir.mkdir(mode=0o750)
+    password = uuid.uuid4().hex
+    node = localservices.RedisService(
+        endpoint=localservices.parse_redis_url(f"redis://:{password}@127.0.0.1:{port}/0"),
+        data_dir=data_dir,
+    )
+    _write_append_only_file(data_dir / "appendonly.aof", keys=600_000, value_bytes=120)
+    saw_loading = []
+    ready = node.ready
+
+    def watched_ready() -> bool:
+        if node._listening() and node._ping(password) == "loading":
+            saw_loading.append(True)
+        return ready()
+
+    node.ready = watched_ready
+    try:
+        localservices.bring_up(node)
+        assert node.answers() and node.refuses_anonymous()
+        with node.client() as client:
+            assert client.dbsize() == 600_000
+        assert saw_loading, "the server finished loading before the first probe: grow the AOF"
+    finally:
+        node.stop()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=True)
