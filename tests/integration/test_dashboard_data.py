@@ -82,3 +82,27 @@ def test_the_dashboard_page_has_the_admin_header_and_one_heading(admin_client):
     assert "Django administration" not in page
     assert page.count("Live dashboard</h1>") == 1
     assert "chart.umd.min.js" in page
+
+
+def test_histograms_are_summed_bucket_by_bucket_across_tasks_and_minutes(tenant):
+    """The series folds every task's histogram of a minute, the task table every minute's of a
+    task, and each percentile is the one of the summed buckets."""
+    tenant_id = str(tenant.tenant_id)
+    _counted(tenant_id, NOW, task="a", n=90, start_lateness_ms=3)
+    _counted(tenant_id, NOW, task="b", n=10, start_lateness_ms=700)
+    _counted(tenant_id, NOW - timedelta(minutes=5), task="a", n=5, duration_ms=40_000)
+    data = dashboard_data(tenant_id=tenant_id, heartbeat_interval_s=5, now=NOW)
+    last = data["series"][-1]
+    merged = rollups.Counts()
+    for task in ("a", "b"):
+        merged = rollups.merge_counts(merged, rollups.Counts(
+            start_lateness=list(ExecutionRollup.objects.get(
+                tenant_id=tenant_id, minute=NOW.replace(second=0), task=task).start_lateness)))
+    assert last["started"] == 100
+    assert last["start_p50_ms"] == round(rollups.quantile_ms(merged.start_lateness, 0.5), 1)
+    assert last["start_p99_ms"] == round(rollups.quantile_ms(merged.start_lateness, 0.99), 1)
+    assert 500 < last["start_p99_ms"] <= 1_000 and last["start_p50_ms"] <= 5
+    task_a = next(t for t in data["tasks"] if t["task"] == "a")
+    assert task_a["succeeded"] == 95
+    assert 20_000 < task_a["duration_p95_ms"] <= 60_000  # the 5 slow runs are > 5 % of 95
+    assert task_a["duration_p50_ms"] <= 200
