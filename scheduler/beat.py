@@ -20,6 +20,7 @@ nothing is lost.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -42,7 +43,9 @@ from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
 from scheduler import metrics, occurrences
 from scheduler.attempts import load_waiting, mark_dispatched, policy_header
+from scheduler.bursts import PrepareRate, prepare_horizon
 from scheduler.clock import now_ms
+from scheduler.cron import CronSchedule, parse_cron
 from scheduler.dispatch import Publisher, TaskMessage
 from scheduler.errors import BeatThreadDied, DispatchError
 from scheduler.firing import (
@@ -78,6 +81,8 @@ class BeatCounters:
     published: int = 0
     redelivered: int = 0
     skipped_inactive: int = 0
+    prepared_early: int = 0  # occurrences of bursts, prepared sooner than prepare_ahead_ms
+    withdrawn: int = 0  # of those, the ones whose job changed before their fire time
     stale: int = 0
     fenced: int = 0
     misfired: int = 0
@@ -111,6 +116,7 @@ class BeatCounters:
         return (
             f"published={self.published} batches={self.batches} redelivered={self.redelivered} "
             f"stale={self.stale} inactive={self.skipped_inactive} fenced={self.fenced} "
+            f"early={self.prepared_early} withdrawn={self.withdrawn} "
             f"misfired={self.misfired} failed_iterations={self.failed_iterations} "
             f"refused={self.refused} lateness_p50={p50} p99={p99} {phases}"
         )
@@ -146,7 +152,8 @@ class Beat:
         self._publish_lock = threading.Lock()
         self.firer = Firer(publisher=publisher, publish_lock=self._publish_lock,
                            ownership=self.ownership, counters=self.counters,
-                           recorder=self.recorder, replica_id=replica_id, clock=clock)
+                           recorder=self.recorder, replica_id=replica_id, clock=clock,
+                           check_ahead_ms=config.prepare_ahead_ms)
         self.reconciler = Reconciler(store, interval_ms=config.reconcile_shard_interval_ms)
         self._scanned_until: dict[int, int] = {}
         self._announced: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
@@ -155,6 +162,8 @@ class Beat:
         self._next_scan_ms = 0
         self._pending_shards: set[int] = set()
         self._prepared_at_ms = 0
+        self.prepare_rate = PrepareRate()
+        self._burst_start_ms: int | None = None
         self._next_stats_ms = 0
         self._scan_slice = 0
 
@@ -208,6 +217,8 @@ class Beat:
         if next_fire is not None:
             wake_at = min(wake_at, prepare_at(next_fire, self._prepared_at_ms,
                                                  self.config.prepare_ahead_ms))
+        if self._burst_start_ms is not None:
+            wake_at = min(wake_at, self._burst_start_ms)
         if wake_at > now:
             self._wakeup.wait((wake_at - now) / 1000)
         self._wakeup.clear()
@@ -230,14 +241,23 @@ class Beat:
         self._take_announcements()
         self._fenced(_drain(self.recorder.fenced))
         # Timers due within prepare_ahead_ms are claimed and prepared now, so that only the
-        # publish is left for their fire time (the firer's).
-        horizon = now + self.config.prepare_ahead_ms
+        # publish is left for their fire time (the firer's); a burst further ahead that would
+        # take longer to prepare than the time left before it, from now on (scheduler.bursts).
+        horizon, self._burst_start_ms = self._horizon(now)
         for timer_id, _ in self.wheel.advance(horizon):
             self._pending_shards.add(self.store.shard_of(timer_id))
         if self._pending_shards:
             shards, self._pending_shards = self._pending_shards, set()
             self._prepared_at_ms = now
             self.fire(sorted(shards), horizon)
+
+    def _horizon(self, now: int) -> tuple[int, int | None]:
+        """What to prepare now (every timer due by the horizon) and when the next burst's
+        preparation must start."""
+        return prepare_horizon(
+            now, self.wheel.due_counts(now + self.config.lookahead_ms),
+            ahead_ms=self.config.prepare_ahead_ms, rate_per_ms=self.prepare_rate.per_ms,
+            window_ms=self.config.lookahead_ms)
 
     def _check_threads(self) -> None:
         """A replica whose firer or recorder died (a bug) would go on claiming timers nobody
@@ -334,7 +354,9 @@ class Beat:
             # publishes the first slice while the next is prepared, rather than all of a burst
             # (a 10,000-way fan-out, the top of the minute) after the whole of it.
             for part in prepare_slices(claimed):
+                started = time.perf_counter()
                 dispatch_isolating(self.dispatch, part, self._refused)
+                self.prepare_rate.measured(len(part), (time.perf_counter() - started) * 1000)
             per_shard: dict[int, int] = defaultdict(int)
             for timer in claimed:
                 per_shard[timer.shard] += 1
@@ -397,7 +419,9 @@ class Beat:
             lease = batch.leases[fired.timer.shard]
             messages = [_task_message(fired.job, ms, lease) for ms in fired.fire_ms]
             due_ms = max(fired.fire_ms, default=0)  # nothing to publish: record at once
-            self.firer.put(due_ms, Prepared(batch.leases, fired, messages))
+            early = due_ms - now > self.config.prepare_ahead_ms
+            self.counters.prepared_early += early
+            self.firer.put(due_ms, Prepared(batch.leases, fired, messages, early=early))
         if batch.acks:
             acks = ConfirmedBatch(leases=batch.leases, acks=batch.acks)
             drop_unsure_leases(acks, self.ownership, self.counters, self.replica_id)
@@ -468,7 +492,8 @@ class Beat:
 
     def _plan(self, job: DueJob, fire_at_ms: int, now: int) -> FirePlan:
         plan = plan_occurrences(
-            schedule=job.schedule,
+            schedule=remembered_schedule(job.cron_expression, job.timezone)
+            if job.cron_expression else None,
             fire_at_ms=fire_at_ms,
             now_ms=now,
             rule=job.misfire,
@@ -477,6 +502,37 @@ class Beat:
         if plan.next_ms is not None:
             plan.next_ms = jittered_ms(job.job_id, plan.next_ms, job.jitter_ms)
         return plan
+
+
+class RememberedSchedule:
+    """A cron schedule whose next fire times are remembered: the jobs of a burst mostly share
+    a few expressions and one fire time (10,000 ``* * * * *`` jobs at the top of the minute),
+    and planning each asks for the same next time twice (~40 µs each when computed)."""
+
+    __slots__ = ("schedule", "_next")
+
+    def __init__(self, schedule: CronSchedule) -> None:
+        self.schedule = schedule
+        self._next: dict[int, int] = {}
+
+    def next_fire_ms(self, after_ms: int) -> int:
+        found = self._next.get(after_ms)
+        if found is None:
+            if len(self._next) >= REMEMBERED_FIRE_TIMES:
+                self._next.clear()
+            found = self._next[after_ms] = self.schedule.next_fire_ms(after_ms)
+        return found
+
+
+# Next fire times each remembered schedule keeps (a beat plans a few fire times at a time).
+REMEMBERED_FIRE_TIMES = 64
+
+
+@functools.lru_cache(maxsize=4_096)
+def remembered_schedule(expression: str, timezone: str) -> RememberedSchedule:
+    """The schedule of ``expression`` in ``timezone``, with remembered next fire times (the
+    beat's thread alone plans, so the memo needs no lock)."""
+    return RememberedSchedule(parse_cron(expression, timezone))
 
 
 def prepare_at(next_fire_ms: int, prepared_at_ms: int, ahead_ms: int) -> int:

@@ -34,6 +34,7 @@ from django.db import DatabaseError, close_old_connections
 from scheduler import occurrences, rollups
 from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
 from scheduler.lifecycle import execution_id_for
+from scheduler.models import JobStatus
 from scheduler.occurrences import JobAdvance
 from scheduler.ownership import ShardOwnership
 from scheduler.timers import ClaimedTimer, TimerStore
@@ -94,11 +95,14 @@ class ConfirmedBatch:
 
 @dataclass
 class Prepared:
-    """A prepared occurrence (or several, after a misfire) waiting for its fire time."""
+    """A prepared occurrence (or several, after a misfire) waiting for its fire time; ``early``
+    when it was prepared sooner than ``prepare_ahead_ms`` before it (a burst), so that its job
+    is looked at again then (:meth:`Firer._check_early`)."""
 
     leases: dict[int, str]
     fired: Fired
     messages: list[TaskMessage]
+    early: bool = False
 
 
 def drop_unsure_leases(
@@ -129,6 +133,7 @@ class Firer(threading.Thread):
         recorder: Recorder,
         replica_id: str,
         clock: Callable[[], int],
+        check_ahead_ms: int = 0,
     ) -> None:
         super().__init__(name="chrono-firer", daemon=True)
         self.publisher = publisher
@@ -139,6 +144,10 @@ class Firer(threading.Thread):
         self.replica_id = replica_id
         self.clock = clock
         self._heap: list[tuple[int, int, Prepared]] = []
+        # Occurrences prepared early, until their check ``check_ahead_ms`` before their fire
+        # time: (check ms, sequence, fire ms, occurrence).
+        self.check_ahead_ms = check_ahead_ms
+        self._unchecked: list[tuple[int, int, int, Prepared]] = []
         self._sequence = itertools.count()
         self._changed = threading.Condition()
         self._finishing = False
@@ -147,13 +156,80 @@ class Firer(threading.Thread):
 
     def put(self, due_ms: int, prepared: Prepared) -> None:
         with self._changed:
+            if prepared.early:
+                check_ms = due_ms - self.check_ahead_ms
+                heapq.heappush(self._unchecked, (check_ms, next(self._sequence), due_ms,
+                                                 prepared))
+                if self._unchecked[0][3] is prepared:
+                    self._changed.notify()
+                return
             heapq.heappush(self._heap, (due_ms, next(self._sequence), prepared))
             if self._heap[0][2] is prepared:
                 self._changed.notify()
 
     def waiting(self) -> int:
         with self._changed:
-            return len(self._heap)
+            return len(self._heap) + len(self._unchecked)
+
+    def _check_early(self) -> None:
+        """Look again at the jobs of the occurrences prepared early whose check time came (one
+        query for all): those still due go to the heap to be published at their time; those
+        whose job was paused, deleted or moved meanwhile are withdrawn, as the preparation
+        would have left them had it run now."""
+        with self._changed:
+            now = self.clock()
+            due: list[tuple[int, Prepared]] = []
+            while self._unchecked and self._unchecked[0][0] <= now:
+                _, _, due_ms, prepared = heapq.heappop(self._unchecked)
+                due.append((due_ms, prepared))
+        if not due:
+            return
+        try:
+            states = occurrences.job_states([p.fired.job.job_id for _, p in due])
+        except DatabaseError as exc:
+            # Publish them as prepared (what a preparation at the usual time would have done
+            # a moment earlier): a burst is not held back by a failed look.
+            log.warning("could not look again at %d occurrences prepared early; publishing "
+                        "them as prepared: %r", len(due), exc)
+            close_old_connections()
+            states = None
+        withdrawn: list[tuple[Prepared, int | None]] = []
+        for due_ms, prepared in due:
+            timer = prepared.fired.timer
+            state = None if states is None else states.get(prepared.fired.job.job_id)
+            if states is None or state == (JobStatus.ACTIVE, timer.fire_at_ms):
+                prepared.early = False
+                self.put(due_ms, prepared)
+            else:
+                active = state is not None and state[0] == JobStatus.ACTIVE
+                withdrawn.append((prepared, state[1] if active else None))
+        if withdrawn:
+            self._withdraw(withdrawn)
+
+    def _withdraw(self, withdrawn: list[tuple[Prepared, int | None]]) -> None:
+        """Publish none of ``withdrawn``: delete their executions (still ``SCHEDULED``: nothing
+        happened to them) and acknowledge their timers, with the job's own next fire time when
+        it moved."""
+        try:
+            occurrences.forget_scheduled([
+                str(execution_id_for(p.fired.job.job_id, ms)) for p, _ in withdrawn
+                for ms in p.fired.fire_ms])
+        except DatabaseError as exc:
+            # Not acknowledged: the timers stay inflight and are claimed again after their
+            # deadline, when the preparation finds the job as it is now and acts on it.
+            log.error("could not withdraw %d occurrences whose job changed after they were "
+                      "prepared; they are looked at again after their ack deadline: %r",
+                      len(withdrawn), exc)
+            close_old_connections()
+            return
+        self.counters.withdrawn += len(withdrawn)
+        by_leases: dict[int, ConfirmedBatch] = {}
+        for prepared, next_ms in withdrawn:
+            batch = by_leases.setdefault(id(prepared.leases),
+                                         ConfirmedBatch(leases=prepared.leases))
+            batch.acks.append(Ack(prepared.fired.timer, next_ms))
+        for batch in by_leases.values():
+            self.recorder.submit(batch)
 
     def finish(self, timeout_s: float = 10.0) -> None:
         """Publish what is waiting, each at its time, then stop (a clean stop of the replica
@@ -166,6 +242,7 @@ class Firer(threading.Thread):
     def run(self) -> None:
         backoff_s = 0.1
         while (groups := self._take_due()) is not None:
+            self._check_early()
             sent = 0
             try:
                 for group in groups:
@@ -199,11 +276,12 @@ class Firer(threading.Thread):
                         prepared = heapq.heappop(self._heap)[2]
                         groups.setdefault(id(prepared.leases), []).append(prepared)
                     return list(groups.values())
-                if self._in_flight:
+                if self._in_flight or (self._unchecked and self._unchecked[0][0] <= now):
                     return []
-                if self._finishing and not self._heap:
+                if self._finishing and not self._heap and not self._unchecked:
                     return None
-                self._changed.wait(None if not self._heap else (self._heap[0][0] - now) / 1000)
+                wake = [entries[0][0] for entries in (self._heap, self._unchecked) if entries]
+                self._changed.wait((min(wake) - now) / 1000 if wake else None)
 
     def _poll_s(self) -> float:
         """How long to wait for confirms: until the next fire time, at most ``POLL_MS`` (an

@@ -300,6 +300,16 @@ def active_executions(
         return active
 
 
+def job_states(job_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
+    """``{job id: (status, next fire ms)}`` of the jobs that exist among ``job_ids``."""
+    with prepared.cursor() as cursor:
+        cursor.execute("SELECT job_id, status, next_run_at FROM chrono_job "
+                       "WHERE job_id = ANY(%s::uuid[])",
+                       [prepared.array(uuid.UUID(job_id) for job_id in job_ids)])
+        return {str(job_id): (status, None if next_run is None else datetime_to_ms(next_run))
+                for job_id, status, next_run in cursor.fetchall()}
+
+
 def forget_scheduled(execution_ids: Sequence[str]) -> None:
     """Delete rows inserted for occurrences that are held back before publishing (they never
     left ``SCHEDULED``, so nothing happened to them)."""

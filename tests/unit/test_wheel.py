@@ -746,3 +746,22 @@ def test_random_timers_match_the_reference_for_other_wheel_shapes(
         assert wheel.next_fire_ms() == reference.next_fire_ms()
     advance_both(wheel, reference, now_ms + 30_000)
     assert len(wheel) == 0
+
+
+def test_due_counts_forecast_how_many_timers_fall_due_and_when():
+    wheel = TimingWheel(start_ms=0, tick_ms=5, wheel_size=64)
+    for i in range(300):
+        wheel.add(f"burst-{i}", 1_000)  # a burst in a level-1 bucket (320 ms wide)
+    wheel.add("soon", 12)
+    wheel.add("now", 0)
+    wheel.add("far", 50_000)
+    wheel.remove("burst-0")
+    counts = wheel.due_counts(until_ms=2_000)
+    assert counts[0] == (0, 1, 1)  # the current tick's
+    assert (10, 15, 1) in counts
+    burst = [c for c in counts if c[0] <= 1_000 < c[1]]
+    assert len(burst) == 1 and burst[0][2] == 299
+    assert sum(c[2] for c in counts) == 301  # "far" lies beyond until_ms
+    assert sum(c[2] for c in wheel.due_counts(until_ms=60_000)) == 302
+    wheel.advance(1_000)
+    assert sum(c[2] for c in wheel.due_counts(until_ms=2_000)) == 0
