@@ -6,8 +6,10 @@ Exit codes (docs/cli.md): 0 done; 1 failed (a service down, anything unexpected)
 unknown option, a value that is not valid: argparse's own code); 3 not found (no such tenant,
 job, execution or key, or one of another tenant); 4 conflict: the object's state refused the
 action and nothing changed (pausing a job that is not ACTIVE, a slug already taken, a key
-already revoked). With ``--json`` a refused command also prints ``{"error": {"code": …,
-"exit_code": …, "message": …}}`` on stdout; the message goes to stderr in every case.
+already revoked, a quota reached); 5 partly done: a bulk load wrote the valid items and refused
+the others (its report says which). With ``--json`` a refused command also prints
+``{"error": {"code": …, "exit_code": …, "message": …}}`` on stdout; the message goes to stderr
+in every case.
 
 The commands are thin: they parse, call the layer that owns the operation (``scheduler.api``
 for jobs and executions, the tenancy models for tenants and keys) and report. Their JSON is
@@ -41,6 +43,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     NOT_FOUND = 3
     CONFLICT = 4
+    PARTLY_DONE = 5
 
 
 class OperatorError(CommandError):
@@ -76,6 +79,22 @@ class Conflict(OperatorError):
     exit_code = ExitCode.CONFLICT
 
 
+class PartlyDone(OperatorError):
+    """Raised after a bulk command printed its report, when it refused some items (exit 5)."""
+
+    code = "partly_done"
+    exit_code = ExitCode.PARTLY_DONE
+
+
+class Report:
+    """What an action prints, and the error to raise once it is printed (a bulk load's refused
+    items)."""
+
+    def __init__(self, data: dict, then: OperatorError | None = None) -> None:
+        self.data = data
+        self.then = then
+
+
 class OperatorCommand(BaseCommand):
     """A subcommand-style management command with ``--json`` and operator exit codes.
 
@@ -106,6 +125,9 @@ class OperatorCommand(BaseCommand):
                 self.stdout.write(json.dumps({"error": {
                     "code": exc.code, "exit_code": int(exc.exit_code), "message": exc.message}}))
             raise
+        then = output.then if isinstance(output, Report) else None
+        if isinstance(output, Report):
+            output = output.data
         if as_json:
             data = output.rows if isinstance(output, Listing) else output
             self.stdout.write(json.dumps(data, indent=2, default=str))
@@ -113,6 +135,8 @@ class OperatorCommand(BaseCommand):
             self.stdout.write(output.table(), ending="")
         else:
             self.stdout.write(_pairs(output), ending="")
+        if then is not None:
+            raise then
 
 
 class Listing:
