@@ -14,6 +14,7 @@ import time
 from celery import Celery
 from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from celery.signals import task_prerun, worker_process_init, worker_ready
+from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
 
@@ -27,6 +28,24 @@ from scheduler.dispatch import DISPATCH_EXCHANGE  # noqa: E402
 from scheduler.queues import chrono_queue, dispatch_exchange  # noqa: E402, F401
 
 CONFIG = get_config()
+
+
+class ChronoConsumer(Consumer):
+    """Celery's consumer without its native delayed delivery step.
+
+    Celery adds that step to every worker whose queues are quorum queues, as Chrono's are: it
+    declares the ``celery_delayed_*`` exchanges and queues on the broker, so that messages
+    carrying an ETA wait there rather than in the worker, and binds each queue's exchange to
+    them. Chrono publishes no ETA (delayed work waits in the timer store and retries in the
+    ``chrono.retry.<ms>`` TTL queues; every message's ``eta`` is None,
+    :mod:`scheduler.dispatch`), and ``chrono.dispatch`` is a direct exchange, which the step
+    cannot bind: it only declared 29 unused exchanges and 28 quorum queues and logged, at every
+    worker start, that ETA tasks would block the worker.
+    """
+
+    class Blueprint(Consumer.Blueprint):
+        default_steps = [step for step in Consumer.Blueprint.default_steps
+                         if not step.endswith(":DelayedDelivery")]
 
 
 app = Celery("chrono", task_cls="scheduler.worker:ChronoTask")
@@ -47,6 +66,7 @@ app.conf.update(
     task_queues=[chrono_queue(CONFIG.default_queue)],
     task_create_missing_queues=False,
     worker_hijack_root_logger=False,
+    worker_consumer="chronoadmin.celery:ChronoConsumer",
     worker_send_task_events=False,
     # A lost broker connection does not stop running tasks (Celery plans to make it do so by
     # default): their messages go back to the queue, the worker-side start refuses the new

@@ -48,7 +48,9 @@ class TimestampText:
 
 def copy_rows(sql: str, chunks: Iterable[str]) -> None:
     """Run ``sql`` (a ``COPY table (columns) FROM STDIN``) on Django's connection, so inside its
-    transaction, sending each chunk of COPY text (whole rows) as it comes."""
-    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+    transaction, sending each chunk of COPY text (whole rows) as it comes. psycopg's errors are
+    raised as Django's (``IntegrityError`` …), as the ORM's statements raise them."""
+    with connection.cursor() as cursor, connection.wrap_database_errors, \
+            cursor.cursor.copy(sql) as copy:
         for chunk in chunks:
             copy.write(chunk)

@@ -7,15 +7,14 @@ audit row in PostgreSQL, its timer in Redis when the transaction commits (never 
 rolled-back job leaves no timer behind). Idempotency keys are per tenant: scheduling twice with
 one key returns the first job and creates nothing. A change (:func:`update`, which
 :func:`reschedule`, :func:`configure` and the REST API's PATCH go through) locks the job once and
-checks it against the same rules.
+checks it against the same rules. :func:`schedule_many` writes many one-time and cron jobs,
+each with its own arguments, key and options, by the bulk path's COPY
+(:mod:`scheduler.bulk_schedule`).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import uuid
-import warnings
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -24,7 +23,10 @@ from django.db import transaction
 from django.utils import timezone as dj_timezone
 
 from chronocore.models import Tenant
-from scheduler import job_writer, specs
+from scheduler import job_writer, python_args, specs
+
+# Many jobs in one call, by the bulk path's COPY: part of this API, in a module of its own.
+from scheduler.bulk_schedule import ItemError, ScheduledMany, schedule_many  # noqa: F401
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron
@@ -93,9 +95,10 @@ def schedule_once(
     the REST API (:mod:`scheduler.specs`): a spec one refuses, the other refuses, with
     :class:`InvalidJob` naming the argument (PayloadTooLarge for the payload limit)."""
     tenant_id = _tenant_id(tenant)
-    item = {"job_type": task_name, "name": name, **_payload(args, kwargs),
-            **_when(delay, at), **_execution_options(max_retries, retry, soft_timeout_ms,
-                                                    hard_timeout_ms, misfire)}
+    options = python_args.execution_options(max_retries, retry, soft_timeout_ms,
+                                            hard_timeout_ms, misfire)
+    item = {"job_type": task_name, "name": name, **python_args.payload(args, kwargs),
+            **python_args.when(delay, at), **options}
     if queue is not None:
         item["queue"] = queue
     spec = _checked(item)
@@ -132,9 +135,11 @@ def schedule_cron(
     :class:`~scheduler.errors.InvalidSchedule` naming what to change.
     """
     tenant_id = _tenant_id(tenant)
+    options = python_args.execution_options(max_retries, retry, soft_timeout_ms,
+                                            hard_timeout_ms, misfire)
     item = {"job_type": task_name, "name": name, "cron_expression": cron, "timezone": timezone,
-            **_payload(args, kwargs), "jitter_ms": jitter_ms, "overlap_policy": overlap,
-            **_execution_options(max_retries, retry, soft_timeout_ms, hard_timeout_ms, misfire)}
+            **python_args.payload(args, kwargs), "jitter_ms": jitter_ms, "overlap_policy": overlap,
+            **options}
     if queue is not None:
         item["queue"] = queue
     spec = _checked(item)
@@ -155,70 +160,6 @@ def _check_idempotency_key(key: object) -> None:
     if problem := specs.idempotency_key_problem(key):
         raise InvalidJob(specs.python_message("idempotency_key", problem),
                          field="idempotency_key")
-
-
-# The Python API's arguments as a job spec. Conversion, not rules: a timedelta or seconds to
-# milliseconds, tuples to lists, policies to their fields. The rules are scheduler.specs'.
-
-
-def _payload(args: object, kwargs: object) -> dict[str, object]:
-    """``args`` and ``kwargs`` as the JSON values the jobs table will hold (tuples become lists,
-    keys strings). Raises InvalidJob naming ``args`` or ``kwargs`` when they are not JSON."""
-    args = () if args is None else args
-    if not isinstance(args, list | tuple):
-        raise InvalidJob(f"args must be a list or a tuple, got {type(args).__name__}",
-                         field="args")
-    kwargs = {} if kwargs is None else kwargs
-    if not isinstance(kwargs, Mapping):
-        raise InvalidJob(f"kwargs must be a dict, got {type(kwargs).__name__}", field="kwargs")
-    values = {}
-    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
-        try:
-            values[name] = json.loads(json.dumps(kind(value), allow_nan=False))
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
-    return values
-
-
-def _when(delay: timedelta | float | None, at: datetime | None) -> dict[str, object]:
-    """``delay`` (seconds or a timedelta) as ``delay_ms``, or ``at`` as ``run_at``."""
-    if (delay is None) == (at is None):
-        raise InvalidJob("give exactly one of delay= or at=", field="delay")
-    if at is not None:
-        if not isinstance(at, datetime):
-            raise InvalidJob(f"at= takes an aware datetime, got {type(at).__name__}",
-                             field="at")
-        return {"run_at": at}
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise InvalidJob(f"delay= takes seconds or a timedelta, got {type(delay).__name__}",
-                         field="delay")
-    if not math.isfinite(seconds):
-        raise InvalidJob(f"delay= is {seconds}; give a number of seconds", field="delay")
-    return {"delay_ms": round(seconds * 1000)}
-
-
-def _execution_options(
-    max_retries: int | None,
-    retry: RetryPolicy | None,
-    soft_timeout_ms: int | None,
-    hard_timeout_ms: int | None,
-    misfire: MisfireRule | MisfirePolicy | str | None,
-) -> dict[str, object]:
-    item: dict[str, object] = {}
-    if max_retries is not None:
-        warnings.warn("max_retries= is deprecated: pass retry=RetryPolicy(max_attempts="
-                      "max_retries + 1)", DeprecationWarning, stacklevel=3)
-        item["max_retries"] = max_retries
-    if retry is not None:
-        item["retry_policy"] = specs.retry_fields(retry)
-    for key, value in (("soft_timeout_ms", soft_timeout_ms),
-                       ("hard_timeout_ms", hard_timeout_ms)):
-        if value is not None:
-            item[key] = value
-    if misfire is not None:
-        item |= specs.misfire_fields(misfire)
-    return item
 
 
 def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
@@ -326,7 +267,8 @@ def schedule_once_many(
     batches. Each fire time is held to the rules of ``at=``."""
     tenant_id = _tenant_id(tenant)
     limits = job_writer.current_limits()
-    item = {"job_type": task_name, "name": name, **_payload(args, kwargs), "delay_ms": 0}
+    item = {"job_type": task_name, "name": name, **python_args.payload(args, kwargs),
+            "delay_ms": 0}
     if queue is not None:
         item["queue"] = queue
     try:

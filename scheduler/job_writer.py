@@ -26,8 +26,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import repeat
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from chronocore import grants
 from chronocore.config import get_config
@@ -167,21 +168,106 @@ def copy(tenant_id: uuid.UUID | str, specs: Sequence[JobSpec], *, by: str = "",
     name (data: the task name and ``audit_data``), and add their timers in pipelined batches
     when it commits. Returns their ids, in order. Raises InvalidJob (tenant) and TaskNotGranted
     (for any spec: a caller that refuses items alone checks :func:`grant_refusal` first)."""
+    return copy_keyed(tenant_id, specs, None, by=by, audit_data=audit_data).ids
+
+
+@dataclass(frozen=True)
+class Copied:
+    """What :func:`copy_keyed` wrote: an id per spec, in order (the new job's, or the job that
+    already had the spec's idempotency key), and the indexes of the specs nothing was written
+    for because their key named a job already there (or an earlier spec of the batch)."""
+
+    ids: list[str]
+    existing: list[int]
+
+
+# A COPY that meets a job written meanwhile with one of its keys fails whole (a unique
+# violation); it is tried again, the keys looked up anew, this many times in all.
+KEYED_COPY_ATTEMPTS = 3
+
+
+def copy_keyed(tenant_id: uuid.UUID | str, specs: Sequence[JobSpec],
+               idempotency_keys: Sequence[str | None] | None, *, by: str = "",
+               audit_data: Mapping[str, object] | None = None) -> Copied:
+    """:func:`copy`, with an idempotency key (or None) per spec, unique per tenant as in
+    :func:`create`: a spec whose key a job of the tenant already has, or an earlier spec of the
+    batch, is not written and gets that job's id. The keys are looked up with one statement
+    and written in the COPY; a job written with one of them by someone else between the two
+    makes the COPY fail whole, and it is tried again (:data:`KEYED_COPY_ATTEMPTS`)."""
     if not specs:
-        return []
+        return Copied([], [])
     check_tenant_active(tenant_id)
     for task_name, queue in {(spec.job_type, spec.queue) for spec in specs}:
         check_granted(tenant_id, task_name, queue)
+    keys = idempotency_keys if idempotency_keys and any(
+        key is not None for key in idempotency_keys) else None
     job_ids = new_job_ids(len(specs))
+    if keys is None:
+        with transaction.atomic():
+            _write_copied(tenant_id, job_ids, specs, None, by, audit_data or {})
+        return Copied(job_ids, [])
+    for attempt in range(1, KEYED_COPY_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                return _copy_new_keys(tenant_id, job_ids, specs, keys, by, audit_data or {})
+        except IntegrityError:
+            if attempt == KEYED_COPY_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _copy_new_keys(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequence[JobSpec],
+                   keys: Sequence[str | None], by: str, audit_data: Mapping[str, object]
+                   ) -> Copied:
+    ids = list(job_ids)
+    first_with_key: dict[str, int] = {}
+    existing: list[int] = []
+    for index, key in enumerate(keys):
+        if key is not None:
+            first_with_key.setdefault(key, index)
+    found = _jobs_with_keys(tenant_id, list(first_with_key))
+    written: list[int] = []
+    for index, key in enumerate(keys):
+        if key is None:
+            written.append(index)
+        elif key in found:
+            ids[index] = found[key]
+            existing.append(index)
+        elif first_with_key[key] != index:
+            ids[index] = job_ids[first_with_key[key]]
+            existing.append(index)
+        else:
+            written.append(index)
+    _write_copied(tenant_id, [job_ids[i] for i in written], [specs[i] for i in written],
+                  [keys[i] for i in written], by, audit_data)
+    return Copied(ids, existing)
+
+
+def _jobs_with_keys(tenant_id: uuid.UUID | str, keys: list[str]) -> dict[str, str]:
+    """The tenant's jobs that have one of ``keys``: key -> job id (one statement, one array
+    parameter; the unique index on (tenant, key) finds them)."""
+    if not keys:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT idempotency_key, job_id::text FROM {Job._meta.db_table} "  # nosec B608 # the model's table name; values are parameters
+            "WHERE tenant_id = %s AND idempotency_key = ANY(%s)", [str(tenant_id), keys])
+        return dict(cursor.fetchall())
+
+
+def _write_copied(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequence[JobSpec],
+                  keys: Sequence[str | None] | None, by: str,
+                  audit_data: Mapping[str, object]) -> None:
+    """The COPYs of the jobs and their audit rows, and their timers on commit."""
+    if not specs:
+        return
     fire_ms = [first_fire_ms(job_id, spec) if spec.options.jitter_ms else spec.fire_at_ms
                for job_id, spec in zip(job_ids, specs, strict=True)]
     timers = list(zip(job_ids, fire_ms, strict=True))
     announce_before = announce_before_ms()
-    with transaction.atomic():
-        _copy_jobs(tenant_id, job_ids, specs, fire_ms)
-        _record_created(tenant_id, job_ids, specs, by, audit_data or {})
-        transaction.on_commit(lambda: add_timers(timers, announce_before))
-    return job_ids
+    _copy_jobs(tenant_id, job_ids, specs, fire_ms, keys)
+    _record_created(tenant_id, job_ids, specs, by, audit_data)
+    transaction.on_commit(lambda: add_timers(timers, announce_before))
 
 
 @dataclass(frozen=True)
@@ -191,14 +277,15 @@ class _CopyPlan:
 
 
 @cache
-def _copy_plan() -> _CopyPlan:
-    """COPY statement for the jobs table. Columns added to Job later get their model default,
-    so this keeps working when the model grows (a column with a db_default, or a generated one,
-    is left to PostgreSQL)."""
+def _copy_plan(keyed: bool = False) -> _CopyPlan:
+    """COPY statement for the jobs table (``keyed``: with an idempotency key per row, after the
+    options). Columns added to Job later get their model default, so this keeps working when
+    the model grows (a column with a db_default, or a generated one, is left to PostgreSQL)."""
     fields = {f.name: f for f in Job._meta.concrete_fields}
+    per_row = (*_PER_ROW, "idempotency_key") if keyed else _PER_ROW
     rest = [
         f for name, f in fields.items()
-        if name not in _PER_ROW and name not in _PER_REQUEST
+        if name not in per_row and name not in _PER_REQUEST
         and not f.has_db_default() and not getattr(f, "generated", False)
     ]
     defaults = []
@@ -207,31 +294,37 @@ def _copy_plan() -> _CopyPlan:
         if isinstance(value, list | dict):
             value = json.dumps(value)
         defaults.append(value)
-    columns = [fields[n].column for n in (*_PER_ROW, *_PER_REQUEST)] + [f.column for f in rest]
+    columns = [fields[n].column for n in (*per_row, *_PER_REQUEST)] + [f.column for f in rest]
     sql = f"COPY {Job._meta.db_table} ({', '.join(columns)}) FROM STDIN"
     return _CopyPlan(sql=sql, defaults=tuple(defaults))
 
 
 def _copy_jobs(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequence[JobSpec],
-               fire_ms: list[int]) -> None:
+               fire_ms: list[int], keys: Sequence[str | None] | None = None) -> None:
     """Write the jobs with one COPY on Django's connection (so inside its transaction).
 
     Rows are formatted as COPY text here rather than by psycopg's ``write_row``: at bulk rates
     that halves the Python time per row. Only ``name`` and the JSON payloads can hold characters
     COPY treats specially; every other column is validated to be free of them.
     """
-    plan = _copy_plan()
+    plan = _copy_plan(keys is not None)
     constants = "\t".join([str(tenant_id), JobStatus.ACTIVE.value,
                             *(copy_text(value) for value in plan.defaults)])
+    # A row's key goes in front of the constants: its column follows the options'.
+    line_ends: str | list[str] = constants if keys is None else [
+        f"{NULL if key is None else escape(key)}\t{constants}" for key in keys]
     copy_rows(plan.sql, (
         _copy_lines(job_ids[start:start + COPY_CHUNK], specs[start:start + COPY_CHUNK],
-                    fire_ms[start:start + COPY_CHUNK], constants)
+                    fire_ms[start:start + COPY_CHUNK],
+                    line_ends if keys is None else line_ends[start:start + COPY_CHUNK])
         for start in range(0, len(specs), COPY_CHUNK)
     ))
 
 
 def _copy_lines(job_ids: list[str], specs: Sequence[JobSpec], fire_ms: list[int],
-                constants: str) -> str:
+                constants: str | list[str]) -> str:
+    """The COPY text of the rows; ``constants`` ends every line, or each line its own (a key
+    in front of the constants)."""
     timestamp = TimestampText()
     # Looked up by identity per row (the specs without options share one object,
     # specs.DEFAULT_OPTIONS), formatted once per distinct value.
@@ -241,12 +334,13 @@ def _copy_lines(job_ids: list[str], specs: Sequence[JobSpec], fire_ms: list[int]
         if options not in by_value:
             by_value[options] = _options_text(options)
         options_text[id(options)] = by_value[options]
+    line_ends = repeat(constants, len(specs)) if isinstance(constants, str) else constants
     return "".join([
         f"{job_id}\t{escape(spec.name)}\t{spec.job_type}\t{spec.cron_expression or NULL}\t"
         f"{spec.timezone}\t{timestamp(fire)}\t"
         f"{escape(spec.args_json)}\t{escape(spec.kwargs_json)}\t{spec.queue}\t"
-        f"{options_text[id(spec.options)]}\t{constants}\n"
-        for job_id, spec, fire in zip(job_ids, specs, fire_ms, strict=True)
+        f"{options_text[id(spec.options)]}\t{line_end}\n"
+        for job_id, spec, fire, line_end in zip(job_ids, specs, fire_ms, line_ends, strict=True)
     ])
 
 

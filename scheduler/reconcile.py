@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -116,9 +117,10 @@ def _still_pending(candidates: dict[str, object]) -> dict[str, int]:
         return {str(job_id): datetime_to_ms(next_run) for job_id, next_run in cursor.fetchall()}
 
 
-def rebuild_all(store: TimerStore) -> int:
+def rebuild_all(store: TimerStore, *, on_batch: Callable[[int], None] | None = None) -> int:
     """Write the timer of every pending job (``chrono rebuild-timers``), in pipelined batches,
-    streaming the jobs table. Returns how many timers were written."""
+    streaming the jobs table; ``on_batch`` is told how many jobs each batch held (a progress
+    bar). Returns how many timers were written."""
     pending = (
         Job.objects.pending().values_list("job_id", "next_run_at").order_by().iterator(
             chunk_size=REBUILD_BATCH
@@ -130,9 +132,13 @@ def rebuild_all(store: TimerStore) -> int:
         batch.append((str(job_id), datetime_to_ms(next_run_at)))
         if len(batch) >= REBUILD_BATCH:
             written += store.add(batch)
+            if on_batch is not None:
+                on_batch(len(batch))
             batch = []
     if batch:
         written += store.add(batch)
+        if on_batch is not None:
+            on_batch(len(batch))
     return written
 
 
@@ -185,6 +191,7 @@ class Reconciler(threading.Thread):
         return shard if shard in self.owned else None
 
 
-def timed_rebuild(store: TimerStore) -> tuple[int, float]:
+def timed_rebuild(store: TimerStore, *, on_batch: Callable[[int], None] | None = None
+                  ) -> tuple[int, float]:
     started = time.monotonic()
-    return rebuild_all(store), time.monotonic() - started
+    return rebuild_all(store, on_batch=on_batch), time.monotonic() - started

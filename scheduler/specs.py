@@ -458,6 +458,25 @@ def python_error(exc: SpecInvalid) -> SchedulerError:
     return InvalidJob(python_message(label, messages[0]), field=argument)
 
 
+def python_problems(exc: SpecInvalid) -> list[tuple[str | None, str]]:
+    """Every problem of ``exc`` as ``(Python argument or None, message)``, worded as
+    :func:`python_error` words the first (a schedule's own error by its message): the per-item
+    errors of :func:`scheduler.bulk_schedule.schedule_many`."""
+    problems: list[tuple[str | None, str]] = []
+    for field, messages in exc.errors.items():
+        head, _, key = field.partition(".")
+        if head == NON_FIELD:
+            problems += [(None, message) for message in messages]
+            continue
+        argument = PYTHON_ARGUMENTS.get(head, head)
+        if field in exc.causes:
+            problems.append((argument, exc.causes[field].message))
+            continue
+        label = key or _PYTHON_LABELS.get(head, argument)
+        problems += [(argument, python_message(label, message)) for message in messages]
+    return problems
+
+
 def python_message(label: str, message: str) -> str:
     """``message`` about ``label``, as one sentence: ``queue contains …``, ``queue: 'a b' …``;
     a message that names its fields itself (it begins in lower case) as it is."""

@@ -4,8 +4,10 @@ describe fields for the OpenAPI schema."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     PolymorphicProxySerializer,
     extend_schema_field,
@@ -343,8 +345,27 @@ class TenantSerializer(StrictModelSerializer):
         read_only_fields = ("tenant_id", "created_at")
 
 
+@extend_schema_field(OpenApiTypes.STR)
+class TenantIdOrSlugField(serializers.PrimaryKeyRelatedField):
+    """A tenant given by its id or by its slug (platform endpoints: their callers see every
+    tenant); shown as its id."""
+
+    def to_internal_value(self, data: object) -> Tenant:
+        if isinstance(data, str):
+            try:
+                uuid.UUID(data)
+            except ValueError:
+                tenant = Tenant.objects.filter(slug=data).first()
+                if tenant is None:
+                    raise serializers.ValidationError(
+                        f"No tenant has the slug or id {data[:64]!r}.") from None
+                return tenant
+        return super().to_internal_value(data)
+
+
 class ApiKeySerializer(StrictModelSerializer):
-    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+    tenant = TenantIdOrSlugField(queryset=Tenant.objects.all(),
+                                 help_text="The tenant's id, or its slug.")
 
     class Meta:
         model = ApiKey

@@ -167,3 +167,18 @@ def test_the_admin_shows_a_new_key_once_and_stores_only_its_hash(tenant, client)
     assert api_key.key_hash == hashlib.sha256(full_key.encode()).hexdigest()
     change_page = client.get(f"/admin/chronocore/apikey/{api_key.pk}/change/").content.decode()
     assert full_key not in change_page
+
+
+def test_an_administrator_issues_a_key_by_the_tenants_slug(staff_api, tenant, redis_client):
+    response = staff_api.post("/api/v1/api-keys/", {"tenant": "acme", "name": "by slug"},
+                              format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["tenant"] == str(tenant.tenant_id)
+    unknown = staff_api.post("/api/v1/api-keys/", {"tenant": "nobody"}, format="json")
+    assert unknown.status_code == 400
+    assert unknown.json()["tenant"] == ["No tenant has the slug or id 'nobody'."]
+
+
+def test_a_tenant_key_may_not_issue_keys_by_slug_either(tenant_api, other_tenant):
+    response = tenant_api.post_json("/api/v1/api-keys/", {"tenant": "globex"})
+    assert response.status_code == 403

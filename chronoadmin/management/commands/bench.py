@@ -9,7 +9,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 BENCHMARKS = ("dispatch", "drain", "failover", "timers", "heartbeats", "recovery", "ingest",
-              "indexer", "workflow", "dashboard", "burst")
+              "indexer", "workflow", "dashboard", "burst", "schedule-many")
 
 
 class Command(BaseCommand):
@@ -28,7 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, name, bench_args, **options):
         logging.getLogger("localservices").setLevel(logging.WARNING)
-        module = importlib.import_module(f"bench.{name}")
+        module = importlib.import_module(f"bench.{name.replace('-', '_')}")
         try:
             result = module.run(getattr(self, "_bench_argv", bench_args))
         except SystemExit as exc:

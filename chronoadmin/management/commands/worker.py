@@ -8,6 +8,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 # get_config() here: a command is the process edge: the queues, the probe port and what it serves.
+from chronocore import logs
 from chronocore.config import get_config
 from scheduler import multiprocess_metrics
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--pool", "-P", default="prefork")
         parser.add_argument("--hostname", "-n", default=None)
         parser.add_argument("--include", "-I", default=None, help="Extra task modules, comma-sep.")
-        parser.add_argument("--loglevel", "-l", default="INFO")
+        logs.add_logging_arguments(parser, aliases=("-l",))
         # Not chronocore.probe's helper: importing it would import prometheus_client before
         # execute() could choose its multiprocess mode.
         parser.add_argument(
@@ -59,10 +60,13 @@ class Command(BaseCommand):
             f"--queues={','.join(q.name for q in app.conf.task_queues)}",
             f"--concurrency={options['concurrency']}",
             f"--pool={options['pool']}",
-            f"--loglevel={options['loglevel']}",
+            f"--loglevel={options['log_level']}",
             "--without-gossip",
             "--without-mingle",
         ]
+        logging.getLogger("chrono").setLevel(options["log_level"])
+        if options["log_format"] == "json":
+            _log_json()
         if options["hostname"]:
             argv.append(f"--hostname={options['hostname']}")
         self._serve_probe(options["metrics_port"])
@@ -88,3 +92,17 @@ class Command(BaseCommand):
                 serve_worker_probe(config=config, port=port, address=config.metrics_address)
         except ProbeError as exc:
             raise CommandError(str(exc)) from None
+
+
+def _log_json() -> None:
+    """JSON lines from every logger the worker sets up (Celery's root and task loggers, in the
+    main process and each prefork child) and from Chrono's own."""
+    from celery.signals import after_setup_logger, after_setup_task_logger
+
+    def use_json(logger: logging.Logger, **_: object) -> None:
+        logs.apply_format("json", logger)
+
+    # weak=False: the receiver is a closure nothing else holds.
+    after_setup_logger.connect(use_json, weak=False)
+    after_setup_task_logger.connect(use_json, weak=False)
+    logs.apply_format("json")

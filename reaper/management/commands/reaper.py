@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
 # get_config() here: a command is the process edge: it reads the configuration and hands it to the
 # reaper.
+from chronocore import logs
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from reaper.metrics import serve_reaper_probe
@@ -22,9 +22,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         add_metrics_port_argument(parser)
+        logs.add_logging_arguments(parser)
 
-    def handle(self, *args, metrics_port=None, **options):
-        logging.getLogger("chrono").setLevel(logging.INFO)
+    def handle(self, *args, metrics_port=None, log_level="INFO", log_format="plain",
+               **options):
+        logs.configure(log_level, log_format)
         config = get_config()
         reaper = Reaper(config=config, store=timer_store(),
                         publisher=Publisher(config.broker_url, origin="chrono-reaper"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -11,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 # get_config() here: a command is the process edge: it reads the configuration and hands it to the
 # beat.
+from chronocore import logs
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from chronocore.runtime import freeze_startup_heap
@@ -30,9 +30,11 @@ class Command(BaseCommand):
             help="Stable id of this replica (default: <host>-<pid>).",
         )
         add_metrics_port_argument(parser)
+        logs.add_logging_arguments(parser)
 
-    def handle(self, *args, replica_id=None, metrics_port=None, **options):
-        logging.getLogger("chrono").setLevel(logging.INFO)
+    def handle(self, *args, replica_id=None, metrics_port=None, log_level="INFO",
+               log_format="plain", **options):
+        logs.configure(log_level, log_format)
         replica_id = replica_id or f"{socket.gethostname()}-{os.getpid()}"
         config = get_config()
         beat = Beat(

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from chronocore.grants import InvalidGrant, ensure_granted
+from chronocore.progress import progress_bar
 from scheduler.app_loading import AppNotFound, load_celery_app, routed_queue
 from scheduler.beat_import import translate_entry
 from scheduler.cron import validate_timezone
@@ -41,8 +42,10 @@ class Command(BaseCommand):
                                  "when there is exactly one tenant).")
         parser.add_argument("--dry-run", action="store_true",
                             help="Show what would change; write nothing.")
+        parser.add_argument("--no-progress", action="store_false", dest="progress",
+                            help="draw no progress bar (none is drawn off a terminal anyway)")
 
-    def handle(self, *args, app, tenant, dry_run, **options):
+    def handle(self, *args, app, tenant, dry_run, progress=True, **options):
         try:
             celery_app = load_celery_app(app)
             tenant_obj = default_tenant(tenant)
@@ -60,11 +63,13 @@ class Command(BaseCommand):
             raise CommandError(f"{app}: app.conf.timezone: {exc}") from None
         prefix = f"beat:{celery_app.main or app}"
         counts: dict[str, int] = {}
-        with transaction.atomic() if dry_run else nullcontext():
+        with transaction.atomic() if dry_run else nullcontext(), progress_bar(
+                "beat entries", total=len(entries), enabled=progress) as advance:
             for name, entry in entries.items():
                 word = self._import(celery_app, prefix, name, entry, app_timezone, tenant_obj,
                                     dry_run)
                 counts[word] = counts.get(word, 0) + 1
+                advance(1)
             if dry_run:
                 transaction.set_rollback(True)
         summary = ", ".join(f"{count} {word}" for word, count in counts.items())

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 # get_config() here: a command is the process edge: it reads the configuration and hands it to the
 # indexer.
+from chronocore import logs
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from search.client import SearchClient
@@ -22,9 +23,11 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=None,
                             help="outbox rows per _bulk request (CHRONO_INDEXER_BATCH_SIZE)")
         add_metrics_port_argument(parser)
+        logs.add_logging_arguments(parser)
 
     def handle(self, *args, batch_size: int | None = None, metrics_port: int | None = None,
-               **options):
+               log_level: str = "INFO", log_format: str = "plain", **options):
+        logs.configure(log_level, log_format)
         config = get_config()
         client = SearchClient.from_config(config)
         indexer = Indexer(client=client, config=config, batch_size=batch_size)

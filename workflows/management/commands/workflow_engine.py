@@ -8,13 +8,18 @@ import signal
 
 from django.core.management.base import BaseCommand
 
+from chronocore import logs
 from workflows.engine import EngineListener
 
 
 class Command(BaseCommand):
     help = "Apply workflow step ends as they are written (the engine's listener), until stopped."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        logs.add_logging_arguments(parser)
+
+    def handle(self, *args, log_level="INFO", log_format="plain", **options):
+        logs.configure(log_level, log_format)
         listener = EngineListener()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: listener.stop())

@@ -1,0 +1,147 @@
+"""``chrono bench schedule-many``: ``api.schedule_many`` against the REST bulk path, in one run.
+
+Three phases, each writing ``--jobs`` jobs in batches of ``--batch-size`` one after the other
+(one caller, no concurrency), from the call to the timers in Redis, with the tables emptied of
+the benchmark's rows before each:
+
+- ``schedule_many``: one-time jobs with their own args (``delay``, ``args``, ``queue``), the
+  shape of the REST items below;
+- ``schedule_many_mixed``: a mix of one-time jobs at a time with an idempotency key and cron
+  jobs in a time zone with a retry policy, timeouts, jitter, overlap and misfire options (every
+  item takes the full rules, none the plain fast path; the keys are looked up first);
+- ``rest_bulk``: the same jobs as the first phase POSTed to ``/api/v1/jobs/bulk`` of a gunicorn
+  (``--web-workers`` sync workers) by one client, JSON built once per batch before the clock
+  starts.
+
+The rates are jobs per second of wall time; ``rate_per_s`` is the first phase's, and
+``vs_rest_bulk`` its ratio to the third. Everything shares this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+from bench.common import ensure_platform_ready, machine
+from bench.ingest import free_port, post_batch, start_web, wait_for_web
+from bench.platform import BENCH_REDIS_DB, clean_up, use_bench_redis_db
+from chronocore import grants
+from chronocore.models import ApiKey, Tenant
+from scheduler import api
+from scheduler.misfire import MisfirePolicy
+from scheduler.retry import RetryPolicy
+from scheduler.timers import timer_store
+
+BENCH_TENANT = "bench-schedule-many"
+QUEUE = "bench-schedule-many"
+HOUR_MS = 3_600_000
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="chrono bench schedule-many")
+    parser.add_argument("--jobs", type=int, default=100_000, help="jobs per phase")
+    parser.add_argument("--batch-size", type=int, default=10_000)
+    parser.add_argument("--web-workers", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def plain_items(start: int, count: int) -> list[dict]:
+    return [{"task_name": "bench.noop", "delay": (HOUR_MS + i) / 1000, "args": [i],
+             "queue": QUEUE} for i in range(start, start + count)]
+
+
+def mixed_items(start: int, count: int, now: datetime) -> list[dict]:
+    retry = RetryPolicy(max_attempts=3)
+    items = []
+    for i in range(start, start + count):
+        if i % 2:
+            items.append({"task_name": "bench.noop", "at": now + timedelta(hours=1, seconds=i),
+                          "args": [i], "kwargs": {"n": i}, "idempotency_key": f"bench-{i}",
+                          "queue": QUEUE, "retry": retry, "soft_timeout_ms": 1_000,
+                          "hard_timeout_ms": 2_000})
+        else:
+            items.append({"task_name": "bench.noop", "cron": f"{i % 60} 3 * * *",
+                          "timezone": "Europe/Paris", "kwargs": {"n": i}, "queue": QUEUE,
+                          "jitter_ms": 1_000, "overlap": "allow",
+                          "misfire": MisfirePolicy.SKIP})
+    return items
+
+
+def rest_bodies(jobs: int, batch_size: int) -> list[bytes]:
+    return [orjson.dumps([{"job_type": "bench.noop", "delay_ms": HOUR_MS + i, "args": [i],
+                           "queue": QUEUE} for i in range(start, min(start + batch_size, jobs))])
+            for start in range(0, jobs, batch_size)]
+
+
+def _phase(name: str, tenant: Tenant, batches, call) -> dict[str, object]:
+    """Time ``call(batch)`` over every batch; the jobs it created and the timers in Redis."""
+    clean_up(tenant)
+    created = refused = 0
+    started = time.perf_counter()
+    for batch in batches:
+        made, failed = call(batch)
+        created += made
+        refused += failed
+    seconds = time.perf_counter() - started
+    timers = timer_store().pending_count()
+    return {f"{name}_rate_per_s": round(created / seconds, 1), f"{name}_seconds":
+            round(seconds, 3), f"{name}_created": created, f"{name}_refused": refused,
+            f"{name}_lost": created - timers}
+
+
+def run(argv: list[str]) -> dict[str, object]:
+    args = parse_args(argv)
+    use_bench_redis_db(BENCH_REDIS_DB)
+    ensure_platform_ready()
+    tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT,
+                                             defaults={"name": "schedule_many benchmark"})
+    grants.grant(tenant, "*", "*", by="bench")
+    starts = range(0, args.jobs, args.batch_size)
+    sizes = [min(args.batch_size, args.jobs - start) for start in starts]
+
+    def schedule(items: list[dict]) -> tuple[int, int]:
+        result = api.schedule_many(items, tenant=tenant, by="bench")
+        return result.created, result.failed
+
+    result: dict[str, object] = {"bench": "schedule-many", "jobs": args.jobs,
+                                 "batch_size": args.batch_size}
+    # Built before each phase's clock starts, as the REST client's bodies are.
+    plain = [plain_items(start, size) for start, size in zip(starts, sizes, strict=True)]
+    result |= _phase("schedule_many", tenant, plain, schedule)
+    now = datetime.now(UTC)
+    mixed = [mixed_items(start, size, now) for start, size in zip(starts, sizes, strict=True)]
+    result |= _phase("schedule_many_mixed", tenant, mixed, schedule)
+
+    _, api_key = ApiKey.objects.issue(tenant=tenant, name="bench schedule-many")
+    port = free_port()
+    env = {"REDIS_URL": os.environ["REDIS_URL"], "CHRONO_API_RATE_PER_MINUTE": "100000000",
+           "CHRONO_PENDING_JOBS_QUOTA": "100000000",
+           "CHRONO_BULK_MAX_ITEMS": str(max(args.batch_size, 10_000))}
+    web = start_web(port, args.web_workers, env,
+                    Path(tempfile.mkdtemp(prefix="chrono-bench-schedule-many-")))
+
+    def post(body: bytes) -> tuple[int, int]:
+        status, answer = post_batch(port, body, api_key)
+        if status != 201:
+            raise RuntimeError(f"bulk POST answered {status}: {str(answer)[:300]}")
+        return answer["created"], answer["failed"]
+
+    try:
+        wait_for_web(web, port, api_key)
+        result |= _phase("rest_bulk", tenant, rest_bodies(args.jobs, args.batch_size), post)
+    finally:
+        web.stop()
+        ApiKey.objects.filter(tenant=tenant).delete()
+        clean_up(tenant)
+    result["rate_per_s"] = result["schedule_many_rate_per_s"]
+    result["vs_rest_bulk"] = round(result["schedule_many_rate_per_s"]
+                                   / result["rest_bulk_rate_per_s"], 2)
+    result["web_workers"] = args.web_workers
+    result["machine"] = machine()
+    return result

@@ -1,0 +1,175 @@
+"""Many jobs at once from Python: one-time and cron jobs, each with its own arguments,
+idempotency key and options, written by the job writer's COPY mode (the REST bulk path's).
+
+``api.schedule_many`` (re-exported by :mod:`scheduler.api`) takes a list of dicts, each holding
+the keyword arguments :func:`scheduler.api.schedule_once` or :func:`scheduler.api.schedule_cron`
+take (``task_name`` among them; ``cron`` makes a cron job). Each item is converted
+(:mod:`scheduler.python_args`) and checked by the one validator (:mod:`scheduler.specs`) and
+its task's grant, and refused alone: what one item gets wrong is reported for its index, the
+others are written, in one transaction, by :func:`scheduler.job_writer.copy_keyed`, and their
+timers added to Redis when it commits. No ORM object is made per job, which is what lets it run
+at the bulk path's rate.
+"""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from scheduler import job_writer, python_args, specs
+from scheduler.errors import InvalidJob, SpecInvalid
+
+# The keys an item may hold: schedule_once's and schedule_cron's keyword arguments (but the
+# deprecated max_retries, which this newer call never took).
+ITEM_ARGUMENTS = (
+    "task_name", "delay", "at", "cron", "timezone", "args", "kwargs", "queue", "name",
+    "idempotency_key", "retry", "soft_timeout_ms", "hard_timeout_ms", "misfire", "jitter_ms",
+    "overlap",
+)  # fmt: skip
+_ITEM_ARGUMENT_SET = frozenset(ITEM_ARGUMENTS)
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """One problem of one item: its index in the call, the argument at fault (None for a rule
+    spanning several), and what to change."""
+
+    index: int
+    field: str | None
+    message: str
+
+
+@dataclass
+class ScheduledMany:
+    """What :func:`schedule_many` did: per item, in order, the job's id (a string) or None for
+    a refused item; the refused items' problems; and the indexes of the items whose
+    idempotency key named a job that already existed (their id is that job's; nothing was
+    written for them)."""
+
+    ids: list[str | None]
+    errors: list[ItemError] = field(default_factory=list)
+    existing: list[int] = field(default_factory=list)
+
+    @property
+    def created(self) -> int:
+        """Jobs written by the call."""
+        return sum(job_id is not None for job_id in self.ids) - len(self.existing)
+
+    @property
+    def failed(self) -> int:
+        """Items refused."""
+        return sum(job_id is None for job_id in self.ids)
+
+
+def schedule_many(
+    jobs: Iterable[Mapping[str, object]],
+    *,
+    tenant: object,
+    defaults: Mapping[str, object] | None = None,
+    by: str = "",
+) -> ScheduledMany:
+    """Schedule every job of ``jobs``, each a dict of :func:`~scheduler.api.schedule_once`'s or
+    :func:`~scheduler.api.schedule_cron`'s keyword arguments (``task_name``; ``delay`` or
+    ``at``, or ``cron`` with ``timezone``; ``args``, ``kwargs``, ``queue``, ``name``,
+    ``idempotency_key``, ``retry``, the timeouts, ``misfire``; ``jitter_ms`` and ``overlap``
+    for cron jobs). ``defaults`` fills the keys an item leaves out (a common ``task_name`` or
+    ``queue``).
+
+    Every item is held to the rules of the one-job calls, its task to the tenant's grants; a
+    refused item is reported in ``errors`` (its index, the argument, the message) and the
+    others are written in one transaction by COPY. An idempotency key already used by a job
+    of the tenant (or by an earlier item) gives that job's id and writes nothing, as
+    ``schedule_once`` returns the first job. Raises InvalidJob (field ``tenant``) for an
+    unknown or disabled tenant."""
+    tenant_id = _tenant_id(tenant)
+    items = list(jobs)
+    result = ScheduledMany(ids=[None] * len(items))
+    limits = job_writer.current_limits()
+    base = dict(defaults or {})
+    valid: list[int] = []
+    valid_specs: list[specs.JobSpec] = []
+    keys: list[str | None] = []
+    # The grant of each task and queue, looked up once per call (most items share theirs).
+    refusals: dict[tuple[str, str], str | None] = {}
+    job_writer.check_tenant_active(tenant_id)
+    for index, item in enumerate(items):
+        try:
+            spec, key = _checked_item(base | dict(item) if isinstance(item, Mapping) else item,
+                                      limits)
+        except SpecInvalid as exc:
+            result.errors += [ItemError(index, argument, message)
+                              for argument, message in specs.python_problems(exc)]
+            continue
+        except InvalidJob as exc:
+            result.errors.append(ItemError(index, exc.field, exc.message))
+            continue
+        pair = (spec.job_type, spec.queue)
+        if pair not in refusals:
+            refusals[pair] = job_writer.grant_refusal(tenant_id, spec)
+        if refused := refusals[pair]:
+            result.errors.append(ItemError(index, "task_name", refused))
+            continue
+        valid.append(index)
+        valid_specs.append(spec)
+        keys.append(key)
+    copied = job_writer.copy_keyed(tenant_id, valid_specs, keys, by=by,
+                                   audit_data={"via": "schedule_many"})
+    for index, job_id in zip(valid, copied.ids, strict=True):
+        result.ids[index] = job_id
+    result.existing = [valid[position] for position in copied.existing]
+    return result
+
+
+def _tenant_id(tenant: object) -> uuid.UUID:
+    tenant_id = getattr(tenant, "tenant_id", tenant)
+    try:
+        return uuid.UUID(str(tenant_id))
+    except ValueError:
+        raise InvalidJob(f"tenant {tenant!r} is not a tenant id", field="tenant") from None
+
+
+def _checked_item(item: object, limits: specs.Limits) -> tuple[specs.JobSpec, str | None]:
+    """The spec and idempotency key of one item. Raises InvalidJob (a conversion's first
+    problem) or SpecInvalid (every rule's)."""
+    if not isinstance(item, dict):
+        raise InvalidJob(f"a job is a dict of schedule_once's or schedule_cron's arguments, got "
+                         f"{type(item).__name__}", field=None)
+    if not item.keys() <= _ITEM_ARGUMENT_SET:
+        raise _unknown_argument(item)
+    spec_item: dict[str, object] = {}
+    if "task_name" in item:
+        spec_item["job_type"] = item["task_name"]
+    for key in ("name", "queue", "jitter_ms"):
+        if key in item:
+            spec_item[key] = item[key]
+    if "overlap" in item:
+        spec_item["overlap_policy"] = item["overlap"]
+    spec_item |= python_args.payload(item.get("args"), item.get("kwargs"))
+    if "cron" in item:
+        if "delay" in item or "at" in item:
+            raise InvalidJob("give cron= for a cron job, or delay= or at= for a one-time job, "
+                             "not both", field="cron")
+        spec_item["cron_expression"] = item["cron"]
+        spec_item["timezone"] = item.get("timezone", "UTC")
+    else:
+        spec_item |= python_args.when(item.get("delay"), item.get("at"))
+        if "timezone" in item:
+            spec_item["timezone"] = item["timezone"]
+    spec_item |= python_args.execution_options(
+        None, item.get("retry"), item.get("soft_timeout_ms"), item.get("hard_timeout_ms"),
+        item.get("misfire"))
+    key = item.get("idempotency_key")
+    if problem := specs.idempotency_key_problem(key):
+        raise InvalidJob(specs.python_message("idempotency_key", problem),
+                         field="idempotency_key")
+    return specs.parse_job_spec(spec_item, limits), key
+
+
+def _unknown_argument(item: Mapping) -> InvalidJob:
+    name = next(str(key) for key in item if key not in _ITEM_ARGUMENT_SET)
+    close = difflib.get_close_matches(name, ITEM_ARGUMENTS, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return InvalidJob(f"{name!r} is not an argument of a job; {hint}the arguments are: "
+                      f"{', '.join(ITEM_ARGUMENTS)}", field=name)

@@ -1,0 +1,83 @@
+"""The Python API's arguments as a job spec: conversion, not rules.
+
+A timedelta or seconds become milliseconds, tuples lists, policies their fields; the rules are
+:mod:`scheduler.specs`' (the one validator of every way in). :mod:`scheduler.api` (one job) and
+:mod:`scheduler.bulk_schedule` (many) both build their specs here, so they accept and refuse the
+same arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from scheduler import specs
+from scheduler.errors import InvalidJob
+from scheduler.misfire import MisfirePolicy, MisfireRule
+from scheduler.retry import RetryPolicy
+
+
+def payload(args: object, kwargs: object) -> dict[str, object]:
+    """``args`` and ``kwargs`` as the JSON values the jobs table will hold (tuples become lists,
+    keys strings). Raises InvalidJob naming ``args`` or ``kwargs`` when they are not JSON."""
+    args = () if args is None else args
+    if not isinstance(args, list | tuple):
+        raise InvalidJob(f"args must be a list or a tuple, got {type(args).__name__}",
+                         field="args")
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping):
+        raise InvalidJob(f"kwargs must be a dict, got {type(kwargs).__name__}", field="kwargs")
+    values = {}
+    for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
+        try:
+            values[name] = json.loads(json.dumps(kind(value), allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
+    return values
+
+
+def when(delay: timedelta | float | None, at: datetime | None) -> dict[str, object]:
+    """``delay`` (seconds or a timedelta) as ``delay_ms``, or ``at`` as ``run_at``."""
+    if (delay is None) == (at is None):
+        raise InvalidJob("give exactly one of delay= or at=", field="delay")
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise InvalidJob(f"at= takes an aware datetime, got {type(at).__name__}",
+                             field="at")
+        return {"run_at": at}
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidJob(f"delay= takes seconds or a timedelta, got {type(delay).__name__}",
+                         field="delay")
+    if not math.isfinite(seconds):
+        raise InvalidJob(f"delay= is {seconds}; give a number of seconds", field="delay")
+    return {"delay_ms": round(seconds * 1000)}
+
+
+def execution_options(
+    max_retries: int | None,
+    retry: RetryPolicy | None,
+    soft_timeout_ms: int | None,
+    hard_timeout_ms: int | None,
+    misfire: MisfireRule | MisfirePolicy | str | None,
+    *,
+    stacklevel: int = 3,
+) -> dict[str, object]:
+    """The execution options given (None: not given) as the spec's fields."""
+    item: dict[str, object] = {}
+    if max_retries is not None:
+        warnings.warn("max_retries= is deprecated: pass retry=RetryPolicy(max_attempts="
+                      "max_retries + 1)", DeprecationWarning, stacklevel=stacklevel)
+        item["max_retries"] = max_retries
+    if retry is not None:
+        item["retry_policy"] = specs.retry_fields(retry)
+    for key, value in (("soft_timeout_ms", soft_timeout_ms),
+                       ("hard_timeout_ms", hard_timeout_ms)):
+        if value is not None:
+            item[key] = value
+    if misfire is not None:
+        item |= specs.misfire_fields(misfire)
+    return item
