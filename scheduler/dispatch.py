@@ -21,10 +21,13 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from struct import pack, pack_into
 from urllib.parse import unquote, urlsplit
 
 import amqp
+from amqp import spec
 from amqp.method_framing import frame_writer
+from amqp.serialization import dumps
 
 from scheduler.errors import DispatchError
 
@@ -73,8 +76,8 @@ class TaskMessage:
             "timelimit": [_seconds(self.hard_timeout_ms), _seconds(self.soft_timeout_ms)],
             "root_id": self.task_id,
             "parent_id": None,
-            "argsrepr": self.args_json or repr(tuple(self.args)),
-            "kwargsrepr": self.kwargs_json or repr(self.kwargs),
+            "argsrepr": _shortened(self.args_json or repr(tuple(self.args))),
+            "kwargsrepr": _shortened(self.kwargs_json or repr(self.kwargs)),
             "origin": origin,
             "ignore_result": True,
             **self.chrono_headers,
@@ -89,6 +92,68 @@ class TaskMessage:
             reply_to="",
             application_headers=headers,
         )
+
+
+# The channel and largest frame a message is encoded for ahead of its publish: the publisher's
+# one channel is the connection's first, and 131,072 is what py-amqp asks for and RabbitMQ
+# grants by default. A connection that negotiated other values gets the message encoded again.
+ENCODED_CHANNEL = 1
+ENCODED_FRAME_MAX = 131_072
+_PUBLISH_METHOD = pack(">HH", *spec.Basic.Publish)
+_STAMP_KEY = b"chrono_published_ms"
+# The stamp as the header table holds it: the key as a short string, then a signed 64-bit
+# integer ('L'), whatever its value (an epoch-ms time is always above 2**31).
+_STAMP_MARK = bytes([len(_STAMP_KEY)]) + _STAMP_KEY + b"L"
+_STAMP_PLACEHOLDER = 2**40
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedMessage:
+    """A message's AMQP frames (method, header, body) ready to write, but for its publish time,
+    which :meth:`Publisher.send_encoded` writes into the 8 bytes at ``stamp_offset``.
+
+    The beat encodes a burst while it prepares it, so that at the fire time only the writes are
+    left: py-amqp encodes and frames a message for each ``basic_publish`` (~100 µs on this
+    machine, 1 s for 10,000), which would be paid after the fire time. The frames are built here
+    from the AMQP 0-9-1 layout because py-amqp's frame writer writes to its socket as it packs;
+    the properties and arguments are still serialized by py-amqp's own functions.
+    """
+
+    message: TaskMessage
+    exchange: str
+    frames: bytes
+    stamp_offset: int
+
+
+def encode_for_publish(message: TaskMessage, *, origin: str,
+                       exchange: str = DISPATCH_EXCHANGE) -> EncodedMessage:
+    """``message``'s frames for a ``basic.publish`` on :data:`ENCODED_CHANNEL`."""
+    content = message.encode(origin=origin)
+    content.application_headers["chrono_published_ms"] = _STAMP_PLACEHOLDER
+    body = content.body.encode("utf-8") if isinstance(content.body, str) else content.body
+    method = _PUBLISH_METHOD + dumps("Bssbb", (0, exchange, message.queue, False, False))
+    header = pack(">HHQ", spec.Basic.Publish[0], 0, len(body)) + content._serialize_properties()
+    parts = [_frame(1, method), _frame(2, header)]
+    chunk = ENCODED_FRAME_MAX - 8
+    parts += [_frame(3, body[i:i + chunk]) for i in range(0, len(body), chunk)]
+    frames = b"".join(parts)
+    mark = frames.find(_STAMP_MARK)
+    return EncodedMessage(message, exchange, frames, mark + len(_STAMP_MARK))
+
+
+def _frame(kind: int, payload: bytes) -> bytes:
+    return pack(">BHI", kind, ENCODED_CHANNEL, len(payload)) + payload + b"\xce"
+
+
+# What Celery's own publisher keeps of the args' and kwargs' repr in the headers
+# (``celery.app.amqp.AMQP.argsrepr_maxsize``): the headers travel in one frame, so a payload
+# near the 256 KiB limit repeated there whole made a frame RabbitMQ refuses (frame_too_large),
+# and the job could never be published.
+REPR_MAX_CHARS = 1_024
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= REPR_MAX_CHARS else text[:REPR_MAX_CHARS - 3] + "..."
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -289,13 +354,45 @@ class Publisher:
         except (OSError, amqp.exceptions.AMQPError) as exc:
             self.close()
             raise DispatchError(f"publishing {len(messages)} messages failed: {exc!r}") from exc
+        return self._sent(len(messages))
+
+    def _sent(self, count: int) -> Confirmation:
+        """The confirmation of the ``count`` messages just published (their delivery tags)."""
         first_tag = self._next_tag
-        self._next_tag += len(messages)
-        confirmation = Confirmation(len(messages), first_tag, self._next_tag - 1,
+        self._next_tag += count
+        confirmation = Confirmation(count, first_tag, self._next_tag - 1,
                                     waiting=set(range(first_tag, self._next_tag)))
         if confirmation.waiting:
             self._unconfirmed.append(confirmation)
         return confirmation
+
+    def encode(self, messages: Sequence[TaskMessage]) -> list[EncodedMessage]:
+        """The frames of ``messages`` for :meth:`send_encoded` (pure: safe from any thread)."""
+        return [encode_for_publish(m, origin=self.origin) for m in messages]
+
+    def send_encoded(self, encoded: Sequence[EncodedMessage], published_ms: int) -> Confirmation:
+        """Publish messages encoded ahead (:meth:`encode`), stamped ``published_ms``, with one
+        write; as :meth:`send` otherwise (confirms read by :meth:`poll`)."""
+        for item in encoded:
+            item.message.chrono_headers["chrono_published_ms"] = published_ms
+        try:
+            channel = self._connect()
+            if (channel.channel_id != ENCODED_CHANNEL
+                    or self._connection.frame_max < ENCODED_FRAME_MAX):
+                return self.send([item.message for item in encoded])
+            for queue in {item.message.queue for item in encoded} - self._declared:
+                declare_queue(channel, queue)
+                self._declared.add(queue)
+            data = bytearray(b"".join(item.frames for item in encoded))
+            offset = 0
+            for item in encoded:
+                pack_into(">q", data, offset + item.stamp_offset, published_ms)
+                offset += len(item.frames)
+            self._connection.transport.write(data)
+        except (OSError, amqp.exceptions.AMQPError) as exc:
+            self.close()
+            raise DispatchError(f"publishing {len(encoded)} messages failed: {exc!r}") from exc
+        return self._sent(len(encoded))
 
     def poll(self, timeout_s: float) -> None:
         """Read the confirms that arrive within ``timeout_s`` (returns at the first ones).

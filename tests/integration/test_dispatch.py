@@ -76,3 +76,44 @@ def test_an_unreachable_broker_raises_dispatch_error_not_a_silent_drop(queue):
     publisher = Publisher("amqp://guest:guest@127.0.0.1:1//", origin="test")
     with pytest.raises(DispatchError):
         publisher.publish_batch([TaskMessage(task_id="t", task_name="chrono.noop", queue=queue)])
+
+
+def test_messages_encoded_ahead_arrive_as_sent_with_their_publish_stamp(queue):
+    """A burst's messages are encoded while it is prepared and only written at its fire time:
+    they reach the queue whole (a body larger than a frame included), in order, confirmed,
+    each with the stamp of the write."""
+    publisher = Publisher(get_config().broker_url, origin="test")
+    big = "x" * 300_000  # three body frames
+    messages = [
+        TaskMessage(task_id=str(uuid.uuid4()), task_name="chrono.echo", queue=queue,
+                    args=[i], kwargs={"k": big if i == 3 else i},
+                    chrono_headers={"chrono_attempt": 1, "chrono_fire_ms": 1_764_000_000_000})
+        for i in range(50)
+    ]
+    encoded = publisher.encode(messages)
+    publisher.wait(publisher.send_encoded(encoded, 1_764_000_000_123))
+    publisher.wait(publisher.send_encoded(encoded[:2], 1_764_000_000_456))  # tags go on
+    publisher.close()
+
+    received = drain(queue)
+    assert len(received) == 52
+    assert [json.loads(m.body)[0][0] for m in received] == list(range(50)) + [0, 1]
+    assert json.loads(received[3].body)[1]["k"] == big
+    stamps = [m.application_headers["chrono_published_ms"] for m in received]
+    assert stamps == [1_764_000_000_123] * 50 + [1_764_000_000_456] * 2
+    assert received[0].application_headers["chrono_fire_ms"] == 1_764_000_000_000
+    assert received[0].application_headers["task"] == "chrono.echo"
+    assert received[0].properties["delivery_mode"] == 2
+
+
+def test_a_payload_near_the_limit_is_published_with_its_repr_shortened(queue):
+    """Celery's headers repeat the args and kwargs as text (argsrepr, kwargsrepr); whole, a
+    200 KB payload made a header frame RabbitMQ refused, and the job could never go out."""
+    publisher = Publisher(get_config().broker_url, origin="test")
+    kwargs = {"k": "x" * 200_000}
+    publisher.publish_batch([TaskMessage(task_id=str(uuid.uuid4()), task_name="chrono.echo",
+                                         queue=queue, kwargs_json=json.dumps(kwargs))])
+    publisher.close()
+    (message,) = drain(queue)
+    assert json.loads(message.body)[1] == kwargs
+    assert len(message.application_headers["kwargsrepr"]) == 1_024
