@@ -71,7 +71,7 @@ def _first_minute_ms() -> int:
     return (now + LEAD_MS) // MINUTE_MS * MINUTE_MS + MINUTE_MS
 
 
-def _read_back(queue: str) -> list[tuple[str, int, int]]:
+def read_back(queue: str) -> list[tuple[str, int, int]]:
     """Every message waiting in ``queue``: (execution id, fire ms, published ms)."""
     import amqp
 
@@ -140,7 +140,7 @@ def run(argv: list[str]) -> dict[str, object]:
         # Stop the next minute's occurrences before reading back (the clean-up deletes them).
         platform.beats["bench-beat-0"].stop()
         time.sleep(0.5)
-        messages = [] if args.worker_pool else _read_back(platform.queue)
+        messages = [] if args.worker_pool else read_back(platform.queue)
         rows = list(measured.values_list("scheduled_for", "dispatched_at", "started_at"))
         reports = []
         for fire_ms in minutes:

@@ -417,7 +417,9 @@ class Beat:
                 occurrences.record_misfires(misfires)
         for fired in batch.fired:
             lease = batch.leases[fired.timer.shard]
-            messages = [_task_message(fired.job, ms, lease) for ms in fired.fire_ms]
+            # Encoded now, so that only the writes are left for the fire time.
+            messages = self.publisher.encode(
+                [_task_message(fired.job, ms, lease) for ms in fired.fire_ms])
             due_ms = max(fired.fire_ms, default=0)  # nothing to publish: record at once
             early = due_ms - now > self.config.prepare_ahead_ms
             self.counters.prepared_early += early

@@ -16,6 +16,7 @@ Pure logic: the wheel's counts and the measured preparation rate come in as numb
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 # Timers prepared per ms assumed before any was measured: a cautious guess (one replica on this
@@ -78,5 +79,6 @@ def prepare_horizon(
         if must_start <= now_ms:
             horizon = max(horizon, to_ms - 1)
         elif from_ms > horizon:
-            start_at = int(must_start) if start_at is None else min(start_at, int(must_start))
+            start_ms = math.ceil(must_start)  # not before: it would be too early, and loop
+            start_at = start_ms if start_at is None else min(start_at, start_ms)
     return min(horizon, max(now_ms + window_ms, now_ms + ahead_ms)), start_at

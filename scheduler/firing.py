@@ -32,7 +32,7 @@ import redis
 from django.db import DatabaseError, close_old_connections
 
 from scheduler import occurrences, rollups
-from scheduler.dispatch import Confirmation, DispatchError, Publisher, TaskMessage
+from scheduler.dispatch import Confirmation, DispatchError, EncodedMessage, Publisher
 from scheduler.lifecycle import execution_id_for
 from scheduler.models import JobStatus
 from scheduler.occurrences import JobAdvance
@@ -101,7 +101,7 @@ class Prepared:
 
     leases: dict[int, str]
     fired: Fired
-    messages: list[TaskMessage]
+    messages: list[EncodedMessage]
     early: bool = False
 
 
@@ -314,10 +314,8 @@ class Firer(threading.Thread):
         if not messages:
             self._done(batch)
             return
-        for message in messages:
-            message.chrono_headers["chrono_published_ms"] = published_ms
         with self.counters.timed("publish"), self.publish_lock:
-            confirmation = self.publisher.send(messages)
+            confirmation = self.publisher.send_encoded(messages, published_ms)
         self._in_flight.append((confirmation, batch, group))
 
     def _collect(self, timeout_s: float) -> bool:

@@ -25,7 +25,7 @@ def test_without_a_burst_only_the_usual_horizon_is_prepared():
                                  assumed_rate=2.0)
     assert horizon == NOW + 100
     # The timers at +900 are prepared at the usual time: their early start is later than that.
-    assert start_at == NOW + 900 - 100 - 3
+    assert start_at == NOW + 900 - 100 - 2  # 5 timers at 2 a ms: 2.5 ms, rounded towards later
 
 
 def test_a_burst_that_would_take_longer_than_the_time_left_is_prepared_now():

@@ -13,12 +13,15 @@ from types import SimpleNamespace
 
 import pytest
 import redis
+from django.db import OperationalError
 
 from chronocore.config import load_config
+from scheduler import occurrences
 from scheduler.beat import Beat, BeatCounters, BeatThreadDied, prepare_at
 from scheduler.clock import now_ms
 from scheduler.dispatch import Confirmation, DispatchError, Publisher
 from scheduler.firing import ConfirmedBatch, Fired, Firer, Prepared, _ack_runs
+from scheduler.lifecycle import execution_id_for
 from scheduler.timers import ClaimedTimer, TimerStore
 
 
@@ -35,6 +38,11 @@ class NotingPublisher:
         self.confirmed: list[tuple[int, Confirmation]] = []  # (when, which)
         self._pending: list[tuple[int, Confirmation]] = []
         self._tag = 0
+
+    def send_encoded(self, encoded, published_ms: int) -> Confirmation:
+        for item in encoded:
+            item.message.chrono_headers["chrono_published_ms"] = published_ms
+        return self.send([item.message for item in encoded])
 
     def send(self, messages) -> Confirmation:
         if self.failures:
@@ -96,7 +104,8 @@ def prepared(fire_ms: int, *, shard: int = 0, job: str = "job") -> Prepared:
                          redelivered=False)
     # A message that tells its fire time, to check when it went out.
     message = SimpleNamespace(fire_ms=fire_ms, chrono_headers={})
-    return Prepared(LEASES, Fired(timer, SimpleNamespace(job_id=job), [fire_ms], None), [message])
+    encoded = SimpleNamespace(message=message)
+    return Prepared(LEASES, Fired(timer, SimpleNamespace(job_id=job), [fire_ms], None), [encoded])
 
 
 def test_each_occurrence_is_published_at_its_fire_time_never_before():
@@ -280,3 +289,66 @@ def test_a_replica_whose_firer_or_recorder_died_stops_instead_of_claiming_on():
     beat.firer.finish()
     with pytest.raises(BeatThreadDied, match="chrono-firer"):
         beat.run_once()
+
+
+def _early_firer(publisher, recorder) -> tuple[Firer, BeatCounters]:
+    counters = BeatCounters()
+    f = Firer(publisher=publisher, publish_lock=threading.Lock(), ownership=Ownership(),
+              counters=counters, recorder=recorder, replica_id="r1", clock=now_ms,
+              check_ahead_ms=100)
+    f.start()
+    return f, counters
+
+
+def test_occurrences_prepared_early_are_looked_at_again_and_withdrawn_if_their_job_changed(
+        monkeypatch):
+    """A burst prepared a second ahead: a job paused, deleted or moved meanwhile must not fire.
+    Its occurrence is looked at again prepare_ahead_ms before its time (one query for all),
+    its SCHEDULED row deleted and its timer acked (with the job's own next time if it moved)."""
+    publisher, recorder = NotingPublisher(), NotingRecorder()
+    f, counters = _early_firer(publisher, recorder)
+    due = now_ms() + 400
+    names = ("kept", "paused", "deleted", "moved")
+    looked: list[tuple[int, list[str]]] = []
+    forgotten: list[str] = []
+
+    def job_states(job_ids):
+        looked.append((now_ms(), sorted(job_ids)))
+        return {"kept": ("ACTIVE", due), "paused": ("PAUSED", due),
+                "moved": ("ACTIVE", due + 60_000)}
+
+    monkeypatch.setattr(occurrences, "job_states", job_states)
+    monkeypatch.setattr(occurrences, "forget_scheduled", forgotten.extend)
+    for name in names:
+        item = prepared(due, job=name)
+        item.early = True
+        f.put(due, item)
+    f.finish()
+
+    assert [fire for _, fires in publisher.batches for fire in fires] == [due]
+    assert all(at >= due for at, _ in publisher.batches)
+    ((at, ids),) = looked
+    assert due - 100 <= at < due and ids == sorted(names)
+    assert sorted(forgotten) == sorted(str(execution_id_for(job, due))
+                                       for job in ("paused", "deleted", "moved"))
+    acks = {ack.timer.timer_id: ack.next_ms for batch in recorder.batches for ack in batch.acks}
+    assert acks == {f"paused-{due}": None, f"deleted-{due}": None, f"moved-{due}": due + 60_000}
+    assert counters.withdrawn == 3 and counters.published == 1
+
+
+def test_occurrences_prepared_early_go_out_as_prepared_when_the_look_fails(monkeypatch):
+    publisher, recorder = NotingPublisher(), NotingRecorder()
+    f, counters = _early_firer(publisher, recorder)
+    due = now_ms() + 250
+
+    def unreachable(job_ids):
+        raise OperationalError("the database is away")
+
+    monkeypatch.setattr(occurrences, "job_states", unreachable)
+    for name in ("a", "b"):
+        item = prepared(due, job=name)
+        item.early = True
+        f.put(due, item)
+    f.finish()
+    assert sorted(fire for _, fires in publisher.batches for fire in fires) == [due, due]
+    assert counters.withdrawn == 0
