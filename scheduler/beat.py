@@ -455,7 +455,7 @@ class Beat:
         still running or waiting, per each job's overlap policy (:mod:`scheduler.overlap`
         decides). Returns the skipped ones."""
         guarded = [f for f in batch.fired if f.fire_ms and is_guarded(
-            f.job.overlap_policy, recurring=bool(f.job.cron_expression))]
+            f.job.overlap_policy, recurring=f.job.is_recurring)]
         if not guarded:
             return []
         active = occurrences.active_executions(

@@ -148,6 +148,7 @@ class CronSchedule:
     week_day_rules: tuple[DayRule, ...] = ()
     # What H was hashed from (the job id); "" when the expression has no H.
     hash_key: str = ""
+    hashed: bool = False  # the expression uses H
     zone: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -360,6 +361,7 @@ def parse_cron(expression: str, timezone: str = "UTC", hash_key: str = "") -> Cr
         month_day_rules=month_rules,
         week_day_rules=week_rules,
         hash_key=hash_key if hashed else "",
+        hashed=hashed,
     )
     if month_rules or week_rules:
         _check_rules_fire(schedule)
