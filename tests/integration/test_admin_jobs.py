@@ -103,7 +103,7 @@ def test_interval_and_hashed_jobs_show_their_schedule_and_next_fire_times(staff,
     listing = staff.get("/admin/scheduler/job/").content.decode()
     assert "every 45 minutes" in listing and "H H * * *" in listing
     page = staff.get(f"/admin/scheduler/job/{interval.job_id}/change/").content.decode()
-    assert page.count('class="fire-time"') == page.count("fire-time") > 1
+    assert page.count('class="fire-time"') >= 5
     page = staff.get(f"/admin/scheduler/job/{hashed.job_id}/change/").content.decode()
     schedule = parse_cron("H H * * *", "UTC", str(hashed.job_id))
     assert f"{schedule.hours[0]:02}:{schedule.minutes[0]:02}:00" in page
