@@ -385,7 +385,8 @@ def test_an_unknown_field_or_choice_with_a_control_character_is_quoted_escaped(t
     assert response.json() == {
         "colour\\u0007": ["Unknown field; the fields are: job_type, name, queue, args, kwargs, "
                           "max_retries, run_at, delay_ms, cron_expression, interval_ms, "
-                          "interval_anchor, timezone, retry_policy, soft_timeout_ms, hard_timeout_ms, overlap_policy, "
+                          "interval_anchor, timezone, retry_policy, soft_timeout_ms, "
+                          "hard_timeout_ms, overlap_policy, "
                           "misfire_policy, misfire_fire_all_limit, jitter_ms."],
         "overlap_policy": ["'skip\\u001b' is not an overlap policy; use one of allow, skip, "
                            "buffer_one, cancel_previous."],

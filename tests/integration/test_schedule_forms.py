@@ -175,3 +175,20 @@ def test_the_python_api_schedules_and_reschedules_an_interval(tenant):
     with pytest.raises(InvalidJob) as caught:
         api.schedule_interval("tests.noop", tenant=tenant, every="often")
     assert caught.value.field == "every"
+
+
+def test_the_beat_reads_an_interval_and_a_hashed_cron_back_from_the_jobs_table(tenant):
+    from scheduler.intervals import IntervalSchedule
+    from scheduler.occurrences import load_and_insert
+
+    interval = api.schedule_interval("tests.noop", tenant=tenant, every=timedelta(minutes=45))
+    hashed = api.schedule_cron("tests.noop", tenant=tenant, cron="H H * * *")
+    claimed = [(str(job.job_id), datetime_to_ms(job.next_run_at)) for job in (interval, hashed)]
+    due = load_and_insert(claimed)
+    interval_schedule = due[str(interval.job_id)].schedule
+    assert interval_schedule == IntervalSchedule(2_700_000, datetime_to_ms(
+        interval.interval_anchor))
+    assert due[str(interval.job_id)].is_recurring
+    fired_ms = datetime_to_ms(interval.next_run_at)
+    assert interval_schedule.next_fire_ms(fired_ms) == fired_ms + 2_700_000
+    assert due[str(hashed.job_id)].schedule == parse_cron("H H * * *", "UTC", str(hashed.job_id))
