@@ -172,10 +172,11 @@ def schedule_interval(
     now): :mod:`scheduler.intervals`. Daylight saving does not change the period; ``timezone``
     is only the zone the job's times are shown in. Misfire, jitter, overlap and retries are
     :func:`schedule_cron`'s."""
-    item = {"job_type": task_name, "name": name, "interval_ms": interval_ms_of(every),
-            "timezone": timezone, **_payload(args, kwargs), "jitter_ms": jitter_ms,
-            "overlap_policy": overlap, **_execution_options(None, retry, soft_timeout_ms,
-                                                            hard_timeout_ms, misfire)}
+    item = {"job_type": task_name, "name": name,
+            "interval_ms": python_args.interval_ms_of(every), "timezone": timezone,
+            **python_args.payload(args, kwargs), "jitter_ms": jitter_ms,
+            "overlap_policy": overlap, **python_args.execution_options(
+                None, retry, soft_timeout_ms, hard_timeout_ms, misfire)}
     if anchor is not None:
         item["interval_anchor"] = anchor
     if queue is not None:
@@ -183,15 +184,6 @@ def schedule_interval(
     spec = _checked(item)
     _check_idempotency_key(idempotency_key)
     return job_writer.create(_tenant_id(tenant), spec, idempotency_key=idempotency_key, by=by)
-
-
-def interval_ms_of(every: object) -> int:
-    """``every=`` (a timedelta or seconds) as whole milliseconds; InvalidJob naming ``every``."""
-    seconds = every.total_seconds() if isinstance(every, timedelta) else every
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
-            not math.isfinite(seconds):
-        raise InvalidJob(f"every= takes seconds or a timedelta, got {every!r}", field="every")
-    return round(seconds * 1000)
 
 
 def _checked(item: dict[str, object]) -> specs.JobSpec:
@@ -440,7 +432,7 @@ def reschedule(
     period (``every``) and/or ``anchor``, or a one-time job's time (an aware datetime). The
     running beat picks the change up through the timer (no restart). The rules are
     :func:`update`'s."""
-    interval_ms = None if every is None else interval_ms_of(every)
+    interval_ms = None if every is None else python_args.interval_ms_of(every)
     changes = {key: value for key, value in (("cron_expression", cron), ("timezone", timezone),
                                               ("run_at", at), ("interval_ms", interval_ms),
                                               ("interval_anchor", anchor)) if value is not None}

@@ -61,7 +61,7 @@ from celery.local import Proxy
 from celery.signals import task_prerun
 
 from chronocore.models import Tenant
-from scheduler import api, job_writer, specs
+from scheduler import api, job_writer, python_args, specs
 from scheduler.declared_jobs import CronJobSpec, as_json, idempotency_key, resolve_tenant
 from scheduler.errors import InvalidJob, JobNotFound, SpecInvalid
 from scheduler.misfire import MisfirePolicy, MisfireRule
@@ -169,7 +169,7 @@ def chrono_job(
     """
     options = ChronoJobOptions(
         cron=cron,
-        interval_ms=None if every is None else api.interval_ms_of(every),
+        interval_ms=None if every is None else python_args.interval_ms_of(every),
         timezone=timezone,
         queue=queue,
         tenant=tenant,
