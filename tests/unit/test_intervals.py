@@ -93,3 +93,25 @@ def test_periods_are_described_in_their_largest_unit() -> None:
         "7 seconds", "45 minutes", "2 days", "1500 ms", "1 minute"]
     assert IntervalSchedule(timedelta(hours=2) // timedelta(milliseconds=1), 0).expression == \
         "every 2 hours"
+
+
+def test_the_beat_plans_a_hashed_cron_with_its_job_id_and_an_interval_with_its_period() -> None:
+    from scheduler.beat import planned_schedule
+    from scheduler.cron import parse_cron
+    from scheduler.occurrences import DueJob
+    from scheduler.retry import RetryPolicy
+
+    def due(**fields) -> DueJob:
+        return DueJob(**{
+            "job_id": "0b4f2c1e-0000-4000-8000-000000000001", "tenant_id": "t",
+            "job_type": "x", "args_json": "[]", "kwargs_json": "{}", "queue": "q",
+            "cron_expression": None, "timezone": "UTC", "status": "ACTIVE", "next_run_ms": 0,
+            "misfire": MisfireRule(), "jitter_ms": 0, "retry": RetryPolicy(),
+            "soft_timeout_ms": None, "hard_timeout_ms": None, "overlap_policy": "skip",
+            "idempotency_key": None} | fields)
+
+    hashed = planned_schedule(due(cron_expression="H H * * *"))
+    expected = parse_cron("H H * * *", "UTC", "0b4f2c1e-0000-4000-8000-000000000001")
+    assert hashed.next_fire_ms(0) == expected.next_fire_ms(0)
+    assert planned_schedule(due(interval_ms=7_000, anchor_ms=3)) == IntervalSchedule(7_000, 3)
+    assert planned_schedule(due()) is None
