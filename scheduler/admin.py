@@ -29,6 +29,7 @@ from chronocore.staff import TenantScopedAdmin, scope_of
 from scheduler import api
 from scheduler.errors import JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
+from scheduler.intervals import describe_period
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
 from search.api import SearchEngineUnavailable, run_search
 from search.queries import InvalidAuditQuery, parse_audit_query
@@ -110,7 +111,7 @@ class OriginFilter(admin.SimpleListFilter):
 @admin.register(Job)
 class JobAdmin(TenantScopedAdmin):
     list_display = (
-        "job_type", "name", "tenant", "status", "cron_expression", "timezone", "next_run_at",
+        "job_type", "name", "tenant", "status", "schedule", "timezone", "next_run_at",
         "queue", "created_at",
     )
     list_filter = (OriginFilter, "status", "queue", "tenant")
@@ -126,6 +127,15 @@ class JobAdmin(TenantScopedAdmin):
     )
 
     change_form_template = "admin/scheduler/job/change_form.html"
+
+    @admin.display(description="schedule", ordering="cron_expression")
+    def schedule(self, job: Job) -> str:
+        """A cron job's expression, an interval job's period, or "once"."""
+        if job.cron_expression:
+            return job.cron_expression
+        if job.interval_ms:
+            return f"every {describe_period(job.interval_ms)}"
+        return "once"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
         return [f.name for f in Job._meta.fields if f.name != "name"]

@@ -29,7 +29,6 @@ from scheduler import job_writer, python_args, specs
 from scheduler.bulk_schedule import ItemError, ScheduledMany, schedule_many  # noqa: F401
 from scheduler.cancellation import request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
-from scheduler.cron import parse_cron
 from scheduler.errors import (
     ExecutionNotRetryable,
     InvalidJob,
@@ -38,6 +37,7 @@ from scheduler.errors import (
     SpecInvalid,
 )
 from scheduler.executions import cancel_pending_executions
+from scheduler.intervals import IntervalSchedule
 from scheduler.job_writer import add_timer_on_commit as _add_timer_on_commit
 from scheduler.lifecycle import RETRY_TIMER_SEPARATOR
 from scheduler.misfire import (
@@ -145,6 +145,45 @@ def schedule_cron(
     spec = _checked(item)
     _check_idempotency_key(idempotency_key)
     return job_writer.create(tenant_id, spec, idempotency_key=idempotency_key, by=by)
+
+
+def schedule_interval(
+    task_name: str,
+    *,
+    tenant: TenantRef,
+    every: timedelta | float,
+    anchor: datetime | None = None,
+    timezone: str = "UTC",
+    args: list | tuple = (),
+    kwargs: Mapping | None = None,
+    queue: str | None = None,
+    name: str = "",
+    idempotency_key: str | None = None,
+    misfire: MisfireRule | MisfirePolicy | str | None = None,
+    jitter_ms: int = 0,
+    overlap: OverlapPolicy | str = OverlapPolicy.SKIP,
+    retry: RetryPolicy | None = None,
+    soft_timeout_ms: int | None = None,
+    hard_timeout_ms: int | None = None,
+    by: str = "",
+) -> Job:
+    """Run ``task_name`` every ``every`` (a timedelta or seconds, at least a second) of elapsed
+    time from ``anchor`` (an aware datetime; default now, so the first run is one period from
+    now): :mod:`scheduler.intervals`. Daylight saving does not change the period; ``timezone``
+    is only the zone the job's times are shown in. Misfire, jitter, overlap and retries are
+    :func:`schedule_cron`'s."""
+    item = {"job_type": task_name, "name": name,
+            "interval_ms": python_args.interval_ms_of(every), "timezone": timezone,
+            **python_args.payload(args, kwargs), "jitter_ms": jitter_ms,
+            "overlap_policy": overlap, **python_args.execution_options(
+                None, retry, soft_timeout_ms, hard_timeout_ms, misfire)}
+    if anchor is not None:
+        item["interval_anchor"] = anchor
+    if queue is not None:
+        item["queue"] = queue
+    spec = _checked(item)
+    _check_idempotency_key(idempotency_key)
+    return job_writer.create(_tenant_id(tenant), spec, idempotency_key=idempotency_key, by=by)
 
 
 def _checked(item: dict[str, object]) -> specs.JobSpec:
@@ -343,7 +382,7 @@ def resume(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
 def _resume_fire_ms(job: Job, now: int) -> int | None:
     """When a resumed job fires next; records the occurrences missed while paused that will
     not fire. None: nothing left to fire."""
-    schedule = parse_cron(job.cron_expression, job.timezone) if job.cron_expression else None
+    schedule = specs.stored_schedule(job)
     if schedule is None:
         if job.next_run_at is None:
             return now
@@ -385,13 +424,18 @@ def reschedule(
     cron: str | None = None,
     timezone: str | None = None,
     at: datetime | None = None,
+    every: timedelta | float | None = None,
+    anchor: datetime | None = None,
     by: str = "",
 ) -> Job:
-    """Change when a job fires: a cron job's expression and/or time zone, or a one-time job's
-    time (an aware datetime). The running beat picks the change up through the timer (no
-    restart). The rules are :func:`update`'s."""
+    """Change when a job fires: a cron job's expression and/or time zone, an interval job's
+    period (``every``) and/or ``anchor``, or a one-time job's time (an aware datetime). The
+    running beat picks the change up through the timer (no restart). The rules are
+    :func:`update`'s."""
+    interval_ms = None if every is None else python_args.interval_ms_of(every)
     changes = {key: value for key, value in (("cron_expression", cron), ("timezone", timezone),
-                                              ("run_at", at)) if value is not None}
+                                              ("run_at", at), ("interval_ms", interval_ms),
+                                              ("interval_anchor", anchor)) if value is not None}
     return _python_update(job_id, tenant, changes, by)
 
 
@@ -466,6 +510,14 @@ def update(job_id: uuid.UUID | str, *, tenant: TenantRef, changes: object, by: s
 
 def _apply_schedule(job: Job, change: specs.JobChange) -> list[str]:
     """Set a new schedule or time; returns the fields changed."""
+    if isinstance(change.schedule, IntervalSchedule):
+        job.interval_ms = change.schedule.period_ms
+        job.interval_anchor = ms_to_datetime(change.schedule.anchor_ms)
+        job.timezone = change.schedule.timezone
+        first_ms = change.schedule.next_fire_ms(now_ms())
+        job.jitter_ms = change.options.jitter_ms
+        job.next_run_at = ms_to_datetime(jittered_ms(str(job.job_id), first_ms, job.jitter_ms))
+        return ["interval_ms", "interval_anchor", "timezone", "next_run_at"]
     if change.schedule is not None:
         job.cron_expression, job.timezone = change.schedule.expression, change.schedule.timezone
         first_ms = change.schedule.next_fire_ms(now_ms())
@@ -521,7 +573,7 @@ def _locked_job(job_id: uuid.UUID | str, tenant: TenantRef, *, editable: bool = 
 def _rejitter(job: Job, jitter_ms: int) -> list[str]:
     """Set a cron job's jitter; an ACTIVE job's pending occurrence moves within its new spread
     (a paused one gets its jitter when resumed). Returns the fields changed."""
-    schedule = parse_cron(job.cron_expression, job.timezone)
+    schedule = specs.stored_schedule(job)
     old_jitter, job.jitter_ms = job.jitter_ms, jitter_ms
     if job.status != JobStatus.ACTIVE or job.next_run_at is None:
         return ["jitter_ms"]

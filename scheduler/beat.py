@@ -65,6 +65,7 @@ from scheduler.overlap import OverlapAction, is_guarded
 from scheduler.overlap import decide as decide_overlap
 from scheduler.ownership import ShardOwnership
 from scheduler.reconcile import Reconciler
+from scheduler.schedules import Schedule, hash_key_of
 from scheduler.timers import ANNOUNCE_CHANNEL, ClaimedTimer, TimerStore, shard_keys
 from scheduler.wheel import TimingWheel
 
@@ -457,7 +458,7 @@ class Beat:
         still running or waiting, per each job's overlap policy (:mod:`scheduler.overlap`
         decides). Returns the skipped ones."""
         guarded = [f for f in batch.fired if f.fire_ms and is_guarded(
-            f.job.overlap_policy, recurring=bool(f.job.cron_expression))]
+            f.job.overlap_policy, recurring=f.job.is_recurring)]
         if not guarded:
             return []
         active = occurrences.active_executions(
@@ -494,8 +495,7 @@ class Beat:
 
     def _plan(self, job: DueJob, fire_at_ms: int, now: int) -> FirePlan:
         plan = plan_occurrences(
-            schedule=remembered_schedule(job.cron_expression, job.timezone)
-            if job.cron_expression else None,
+            schedule=planned_schedule(job),
             fire_at_ms=fire_at_ms,
             now_ms=now,
             rule=job.misfire,
@@ -530,11 +530,22 @@ class RememberedSchedule:
 REMEMBERED_FIRE_TIMES = 64
 
 
+def planned_schedule(job: DueJob) -> RememberedSchedule | Schedule | None:
+    """The schedule the beat plans ``job``'s occurrences with: a cron's remembered one (``H``
+    hashed from the job's id, so a hashed expression is remembered per job), an interval's own
+    (its arithmetic costs less than a look-up), None for a one-time job."""
+    if not job.cron_expression:
+        return job.schedule
+    hashed = parse_cron(job.cron_expression, job.timezone).hashed
+    return remembered_schedule(job.cron_expression, job.timezone,
+                               hash_key_of(job.job_id) if hashed else "")
+
+
 @functools.lru_cache(maxsize=4_096)
-def remembered_schedule(expression: str, timezone: str) -> RememberedSchedule:
-    """The schedule of ``expression`` in ``timezone``, with remembered next fire times (the
-    beat's thread alone plans, so the memo needs no lock)."""
-    return RememberedSchedule(parse_cron(expression, timezone))
+def remembered_schedule(expression: str, timezone: str, hash_key: str = "") -> RememberedSchedule:
+    """The schedule of ``expression`` in ``timezone`` (``H`` hashed from ``hash_key``), with
+    remembered next fire times (the beat's thread alone plans, so the memo needs no lock)."""
+    return RememberedSchedule(parse_cron(expression, timezone, hash_key))
 
 
 def prepare_at(next_fire_ms: int, prepared_at_ms: int, ahead_ms: int) -> int:

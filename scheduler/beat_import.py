@@ -1,4 +1,4 @@
-"""Celery beat schedules as Chrono cron jobs: the translation of one ``beat_schedule`` entry.
+"""Celery beat schedules as Chrono jobs: the translation of one ``beat_schedule`` entry.
 
 Pure functions (no app, no database): ``chrono import-beat`` reads the app and writes the jobs.
 
@@ -8,12 +8,12 @@ accepts comes out as plain cron. One difference cannot be translated: when both 
 and ``day_of_week`` are restricted, Celery fires on days that match both, while cron (Chrono's
 included) fires on days that match either; such an entry is refused.
 
-An interval (a number of seconds, a ``timedelta`` or ``schedule(run_every=…)``) is elapsed time, so
-it becomes a cron evaluated in UTC, where no daylight-saving change stretches or shrinks a period.
-It is translated only where cron fires at exactly that interval: the interval divides a minute
-(``*/30 * * * * *``, seconds first), an hour (``*/15 * * * *``) or a day (``0 */6 * * *``), or is
-one day or one week. Beat counts an interval from its own start; the cron is aligned to the clock
-(every 30 s fires at :00 and :30). Any other interval is refused with what to change.
+An interval (a number of seconds, a ``timedelta`` or ``schedule(run_every=…)``) becomes a Chrono
+interval job (:mod:`scheduler.intervals`): elapsed time, so no daylight-saving change stretches or
+shrinks a period, and any period from a second to 366 days (every 45 minutes, every 7 seconds,
+every 2 days) translates. Beat counts an interval from its own start; Chrono from the job's
+creation, kept across syncs. :func:`cron_for_interval` is the older, clock-aligned translation
+(an interval that divides a minute, an hour or a day), kept for callers that want a cron.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from celery.schedules import schedule as interval_schedule
 
 from scheduler.cron import parse_cron, validate_timezone
 from scheduler.errors import InvalidSchedule, UntranslatableSchedule
+from scheduler.intervals import period_problem
 
 MINUTE_S = 60
 HOUR_S = 3_600
@@ -40,11 +41,13 @@ APPLIED_OPTIONS = frozenset({"queue"})
 
 @dataclass(frozen=True)
 class CronTranslation:
-    """A cron expression, the time zone it is evaluated in, and how it was derived."""
+    """A cron expression (or an interval, ``cron`` None), the time zone, and how it was
+    derived."""
 
-    cron: str
+    cron: str | None
     timezone: str
     note: str
+    interval_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,10 @@ class BeatEntry:
 
     name: str
     task_name: str
-    cron: str
+    cron: str | None
     timezone: str
     note: str
+    interval_ms: int | None = None
     args: tuple[object, ...] = ()
     kwargs: dict[str, object] = field(default_factory=dict)
     queue: str | None = None
@@ -95,6 +99,7 @@ def translate_entry(
         cron=translation.cron,
         timezone=translation.timezone,
         note=translation.note,
+        interval_ms=translation.interval_ms,
         args=tuple(args),
         kwargs=dict(kwargs),
         queue=options.get("queue") or routed_queue or None,
@@ -126,12 +131,20 @@ def translate_schedule(schedule: object, *, app_timezone: str) -> CronTranslatio
         raise UntranslatableSchedule(
             f"{why}; rewrite the entry with a crontab, or schedule it with scheduler.api"
         )
-    cron = cron_for_interval(seconds)
-    return CronTranslation(
-        _checked(cron, INTERVAL_TIMEZONE),
-        INTERVAL_TIMEZONE,
-        f"every {describe_seconds(seconds)}, aligned to the clock in UTC",
-    )
+    return CronTranslation(None, INTERVAL_TIMEZONE,
+                           f"every {describe_seconds(seconds)} of elapsed time",
+                           interval_ms=interval_ms_for(seconds))
+
+
+def interval_ms_for(seconds: float) -> int:
+    """An interval of ``seconds`` as an interval job's period in milliseconds.
+    Raises :class:`UntranslatableSchedule` outside a second to 366 days."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UntranslatableSchedule(f"the interval is {seconds} s; use a positive interval")
+    period_ms = round(seconds * 1000)
+    if problem := period_problem(period_ms):
+        raise UntranslatableSchedule(f"every {describe_seconds(seconds)}: {problem}")
+    return period_ms
 
 
 def cron_for_interval(seconds: float) -> str:

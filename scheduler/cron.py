@@ -2,11 +2,12 @@
 
 A cron job is written against the wall clock of its time zone, but Chrono dispatches on UTC
 epoch milliseconds. This module turns one into the other, with the daylight-saving rules of
-Debian cron (the product's decision):
+Debian cron (the product's decision 10, and Debian's ``entry.c``):
 
-* A job is FIXED-TIME when neither its minute nor its hour field contains ``*`` or a step ``/``
-  (``30 2 * * *``, ``0 1,2 * * *``, ``@daily``); every other job is WILDCARD (``0 * * * *``,
-  ``*/15 * * * *``, ``0 */2 * * *``, ``@hourly``). The seconds field plays no part.
+* A job is WILDCARD when its minute or its hour field BEGINS with ``*`` (``0 * * * *``,
+  ``*/15 * * * *``, ``0 */2 * * *``, ``@hourly``); every other job is FIXED-TIME (``30 2 * * *``,
+  ``0 1,2 * * *``, ``0 0-10/2 * * *``, ``54-55/3 0-3 * * *``, ``H H * * *``, ``@daily``). A step
+  alone does not make a wildcard: only a leading ``*`` does. The seconds field plays no part.
 * When the clocks spring forward, wall times in the gap do not exist. A fixed-time job due in
   the gap fires once, at the first instant after it (New York 02:30 becomes 03:00 EDT); several
   skipped times on the same day collapse into that one fire. A wildcard job simply has no
@@ -17,18 +18,20 @@ Debian cron (the product's decision):
 
 Occurrences are enumerated in wall-clock time field by field (no minute-by-minute scan), then
 mapped to UTC with :mod:`zoneinfo`. croniter is not used at run time: its DST handling is
-unreliable and its errors do not name the offending field.
+unreliable and its errors do not name the offending field. (cronsim, which follows Debian, is the
+reference of a property test, not a run-time dependency: it scans second by second.)
 
 Syntax: five fields (minute hour day-of-month month day-of-week), six fields with seconds first
 (Quartz/Spring order), or one of the macros in :data:`MACROS`. Each field is ``*``, a number, a
 range ``a-b``, a step ``*/n``, ``a-b/n`` or ``a/n``, or a comma-separated list of these; months
 and weekdays also take English three-letter names, day-of-week 7 is Sunday (so ``sat-sun`` is the
-weekend), and ``?`` means ``*`` in the two day fields. Other ranges do not wrap around, and the
-non-standard ``L``, ``W``, ``#`` and ``H`` are rejected. When both day fields are restricted
-(neither starts with ``*`` or is ``?``), a day matches if EITHER matches (the Vixie cron rule);
-otherwise both must match. The expression is ASCII: numbers are written with the digits 0-9
-and fields are separated by ASCII white space (a superscript, another script's digit or a
-Unicode space is an error naming its field).
+weekend), and ``?`` means ``*`` in the two day fields. Other ranges do not wrap around. The
+extensions ``L``, ``L-n``, ``LW``, ``nW`` (day-of-month), ``dL``, ``d#k`` (day-of-week) and ``H``
+(any field, hashed from the job's hash key) are :mod:`scheduler.cron_extensions`'. When both day
+fields are restricted (neither starts with ``*`` or is ``?``), a day matches if EITHER matches
+(the Vixie cron rule); otherwise both must match. The expression is ASCII: numbers are written
+with the digits 0-9 and fields are separated by ASCII white space (a superscript, another
+script's digit or a Unicode space is an error naming its field).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
+from scheduler import cron_extensions
+from scheduler.cron_extensions import DayRule, rule_days
 from scheduler.errors import CronNeverFires, InvalidCronExpression, UnknownTimeZone
 
 MACROS: dict[str, str] = {
@@ -72,7 +77,6 @@ _MOST_DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _MAX_MONTHS_SEARCHED = 400 * 12
 # Names that ZoneInfo resolves but that describe this host's configuration, not an IANA zone.
 _HOST_ZONE_NAMES = frozenset({"localtime", "posixrules"})
-_EXTENSION = re.compile(r"[LW#H]", re.IGNORECASE)
 # Fields are separated by ASCII white space only: str.split() would also split on the
 # information separators U+001C-U+001F, NEL and every Unicode space.
 _FIELD_SEPARATOR = re.compile(r"[ \t\n\r\f\v]+")
@@ -139,6 +143,12 @@ class CronSchedule:
     days_of_week: frozenset[int]
     days_either: bool
     fixed_time: bool
+    # L / W rules of day-of-month, L / # rules of day-of-week (cron_extensions).
+    month_day_rules: tuple[DayRule, ...] = ()
+    week_day_rules: tuple[DayRule, ...] = ()
+    # What H was hashed from (the job id); "" when the expression has no H.
+    hash_key: str = ""
+    hashed: bool = False  # the expression uses H
     zone: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -160,6 +170,24 @@ class CronSchedule:
             fire_ms = self.next_fire_ms(fire_ms)
             fire_times.append(fire_ms)
         return fire_times
+
+    def dst_note(self, fire_ms: int) -> str | None:
+        """Why a fire time is what it is around a DST transition, or None for an ordinary one:
+        ``after the gap`` (a wall time the clocks skipped fired at the first instant after),
+        ``repeated hour: once`` (a fixed-time job's wall time that happens twice fired at its
+        first pass only), ``repeated hour: first pass`` / ``second pass`` (a wildcard job's)."""
+        fire_s = operator.index(fire_ms) // 1000
+        wall = _wall_at(fire_s, self.zone)
+        first_pass_s, second_pass_s = _instants_of(wall, self.zone)
+        if first_pass_s < second_pass_s:
+            if self.fixed_time:
+                return "repeated hour: once"
+            return "repeated hour: first pass" if fire_s == first_pass_s else \
+                "repeated hour: second pass"
+        before = _wall_at(fire_s - 1, self.zone) + _SECOND
+        if self.fixed_time and before < wall and self._next_wall(before) < wall:
+            return "after the gap"
+        return None
 
     # Mapping wall-clock occurrences to UTC.
 
@@ -253,17 +281,18 @@ class CronSchedule:
         last_day = calendar.monthrange(year, month)[1]
         if from_day > last_day:
             return None
+        month_days = self.days_of_month
+        if self.month_day_rules:
+            month_days = month_days | rule_days(self.month_day_rules, year, month)
+        week_days = rule_days(self.week_day_rules, year, month) if self.week_day_rules else ()
         weekday = (date(year, month, from_day).weekday() + 1) % 7  # cron counts Sunday as 0
         for day in range(from_day, last_day + 1):
-            if self._day_matches(day, weekday):
+            in_month = day in month_days
+            in_week = weekday in self.days_of_week or day in week_days
+            if (in_month or in_week) if self.days_either else (in_month and in_week):
                 return day
             weekday = (weekday + 1) % 7
         return None
-
-    def _day_matches(self, day: int, weekday: int) -> bool:
-        in_month = day in self.days_of_month
-        in_week = weekday in self.days_of_week
-        return (in_month or in_week) if self.days_either else (in_month and in_week)
 
     def _next_time_of_day(self, floor: tuple[int, int, int]) -> tuple[int, int, int] | None:
         """The earliest matching (hour, minute, second) at or after ``floor`` on a matching day."""
@@ -285,9 +314,11 @@ class CronSchedule:
 
 
 @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
-def parse_cron(expression: str, timezone: str = "UTC") -> CronSchedule:
+def parse_cron(expression: str, timezone: str = "UTC", hash_key: str = "") -> CronSchedule:
     """Validate a cron expression and time zone and return the schedule they describe.
 
+    ``hash_key`` is what ``H`` is hashed from: the job's id (see
+    :func:`scheduler.schedules.hash_key_of`); an expression without ``H`` ignores it.
     Raises InvalidCronExpression (bad syntax or value), CronNeverFires (valid but impossible,
     such as the 30th of February) or UnknownTimeZone, each naming the field at fault.
     Results are cached: beat parses the same expression for every occurrence it dispatches.
@@ -302,23 +333,69 @@ def parse_cron(expression: str, timezone: str = "UTC") -> CronSchedule:
     if len(fields) == 5:
         tokens = ["0", *tokens]
         fields = _SIX_FIELDS
-    seconds, minutes, hours, days_of_month, months, days_of_week = (
-        _parse_field(token, spec) for token, spec in zip(tokens, fields, strict=True)
-    )
+    hashed = any(cron_extensions.has_hash(token) for token in tokens)
+    resolved = [cron_extensions.resolve_hashes(token, spec, hash_key) if hashed else token
+                for token, spec in zip(tokens, fields, strict=True)]
     days_either = not (_is_unrestricted(tokens[3]) or _is_unrestricted(tokens[5]))
-    _check_days_exist(days_of_month, months, days_either)
-    return CronSchedule(
+    month_rules, week_rules = _day_rules(resolved, days_either)
+    values = [
+        () if (index == 3 and month_rules) or (index == 5 and week_rules)
+        else _parse_field(token, spec)
+        for index, (token, spec) in enumerate(zip(resolved, fields, strict=True))
+    ]
+    seconds, minutes, hours, days_of_month, months, days_of_week = values
+    if not month_rules:
+        _check_days_exist(days_of_month, months, days_either)
+    schedule = CronSchedule(
         expression=normalised,
         timezone=timezone,
         seconds=seconds,
         minutes=minutes,
         hours=hours,
-        days_of_month=frozenset(days_of_month),
+        days_of_month=frozenset(days_of_month if not month_rules else ()),
         months=months,
         days_of_week=frozenset(0 if value == 7 else value for value in days_of_week),
         days_either=days_either,
-        fixed_time=not any(char in tokens[1] + tokens[2] for char in "*/"),
+        # Debian's entry.c: only a minute or hour field that begins with '*' is a wildcard.
+        fixed_time=not (tokens[1].startswith("*") or tokens[2].startswith("*")),
+        month_day_rules=month_rules,
+        week_day_rules=week_rules,
+        hash_key=hash_key if hashed else "",
+        hashed=hashed,
     )
+    if month_rules or week_rules:
+        _check_rules_fire(schedule)
+    return schedule
+
+
+def _day_rules(tokens: list[str], days_either: bool
+               ) -> tuple[tuple[DayRule, ...], tuple[DayRule, ...]]:
+    """The L/W rule of day-of-month and the L/# rule of day-of-week, when they use one."""
+    month_token, week_token = tokens[3], tokens[5]
+    month_rule = cron_extensions.uses_day_rule(month_token)
+    week_rule = cron_extensions.uses_day_rule(week_token)
+    if (month_rule or week_rule) and days_either:
+        spec, token = ((_DAY_OF_MONTH_FIELD, month_token) if month_rule
+                       else (_DAY_OF_WEEK_FIELD, week_token))
+        raise _invalid(spec, token, "uses L, W or # while the other day field is restricted "
+                       "too; Quartz refuses both day fields together (which day would be "
+                       "meant is a guess), so set the other one to * or ?")
+    month_rules = ((cron_extensions.parse_day_of_month_rule(month_token, _DAY_OF_MONTH_FIELD),)
+                   if month_rule else ())
+    week_rules = ((cron_extensions.parse_day_of_week_rule(week_token, _DAY_OF_WEEK_FIELD),)
+                  if week_rule else ())
+    return month_rules, week_rules
+
+
+def _check_rules_fire(schedule: CronSchedule) -> None:
+    """Refuse a day rule that no month of the schedule ever has (``30W`` in February alone)."""
+    try:
+        schedule._next_wall(datetime(2000, 1, 1))
+    except CronNeverFires:
+        raise CronNeverFires(
+            f"'{schedule.expression}' selects a day that none of its months has, so it never "
+            "fires; choose a day rule its months have, or add a month", field="day_of_month",
+        ) from None
 
 
 def validate_timezone(name: str) -> zoneinfo.ZoneInfo:
@@ -446,8 +523,9 @@ def _parse_value(text: str, item: str, spec: _Field) -> int:
 def _how_to_write(text: str, spec: _Field) -> str:
     if text == "?":
         return "uses '?', which only day-of-month and day-of-week accept on their own"
-    if _EXTENSION.search(text):
-        return "uses a non-standard cron extension (L, W, # or H) that Chrono does not support"
+    if "#" in text or any(char in text.upper() for char in "LWH"):
+        return ("uses L, W, # or H where it does not belong: L, LW, L-n and nW go in "
+                "day-of-month, dL and d#k in day-of-week, H, H/n, H(a-b) and H(a-b)/n anywhere")
     names = f" or a name {spec.names[0]}-{spec.names[-1]}" if spec.names else ""
     return (
         f"is not valid; use a number {spec.low}-{spec.high}{names}, a range such as 1-5, "

@@ -1,5 +1,8 @@
-"""Cron jobs declared in code, by ``@chrono_job`` or by a Celery ``beat_schedule``, kept in step
-with the jobs table: one Chrono job per declaration, found again by its idempotency key.
+"""Cron and interval jobs declared in code, by ``@chrono_job`` or by a Celery ``beat_schedule``,
+kept in step with the jobs table: one Chrono job per declaration, found again by its idempotency
+key. An interval declared without an anchor keeps the anchor its job got when it was created (so
+a second sync moves nothing); a declaration that turns a cron job into an interval job (an entry
+``chrono import-beat`` used to translate to cron) or back converts the job in place.
 
 Syncing a declaration creates its job the first time (:func:`scheduler.job_writer.create`), leaves
 it alone when nothing changed, and otherwise updates it in place and re-times it
@@ -17,6 +20,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from django.db import transaction
@@ -34,6 +38,7 @@ DECLARED_FIELDS = (
     "job_type",
     "name",
     "cron_expression",
+    "interval_ms",
     "timezone",
     "queue",
     "args",
@@ -61,7 +66,9 @@ class CronJobSpec:
 
     idempotency_key: str
     task_name: str
-    cron: str
+    cron: str | None = None
+    interval_ms: int | None = None  # instead of cron: every interval_ms from anchor
+    anchor: datetime | None = None  # None: the job's creation time, then kept
     timezone: str = "UTC"
     queue: str | None = None
     args: tuple[object, ...] = ()
@@ -79,7 +86,14 @@ class CronJobSpec:
         """The declaration as a validated job spec, its first fire time from now. Raises
         InvalidJob or InvalidSchedule naming what to change."""
         args, kwargs = as_json(self.args, self.kwargs)
-        item = {"job_type": self.task_name, "name": self.name, "cron_expression": self.cron,
+        schedule: dict[str, object] = (
+            {"interval_ms": self.interval_ms} if self.cron is None else
+            {"cron_expression": self.cron})
+        if self.cron is not None and self.interval_ms is not None:
+            raise InvalidJob("give cron or interval_ms, not both", field="cron")
+        if self.anchor is not None:
+            schedule["interval_anchor"] = self.anchor
+        item = {"job_type": self.task_name, "name": self.name, **schedule,
                 "timezone": self.timezone, "args": args, "kwargs": kwargs,
                 "jitter_ms": self.jitter_ms, "overlap_policy": self.overlap,
                 **specs.misfire_fields(self.misfire)}
@@ -135,18 +149,26 @@ def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncRes
                 "scheduler.api.delete) to have it created again",
                 field="status",
             )
-        changed = tuple(name for name in DECLARED_FIELDS if getattr(job, name) != desired[name])
+        declared = DECLARED_FIELDS + (("interval_anchor",) if spec.anchor is not None else ())
+        changed = tuple(name for name in declared if getattr(job, name) != desired[name])
         if not changed:
             return SyncResult(SyncOutcome.UNCHANGED, job)
-        # reschedule() owns the cron, the time zone and the timer; the other declared fields
-        # are read by the beat at each occurrence, so writing them suffices.
-        others = {name: desired[name] for name in changed
-                  if name not in ("cron_expression", "timezone")}
+        # reschedule() owns the schedule, the time zone and the timer; the other declared
+        # fields are read by the beat at each occurrence, so writing them suffices.
+        schedule_fields = ("cron_expression", "interval_ms", "interval_anchor", "timezone")
+        others = {name: desired[name] for name in changed if name not in schedule_fields}
+        if bool(job.interval_ms) != bool(spec.interval_ms):  # cron <-> interval, in place
+            others |= {"cron_expression": desired["cron_expression"],
+                       "interval_ms": desired["interval_ms"],
+                       "interval_anchor": desired["interval_anchor"]}
         if others:
             Job.objects.filter(pk=job.pk).update(**others)
-        job = api.reschedule(
-            job.job_id, tenant=tenant, cron=spec.cron, timezone=spec.timezone, by=by
-        )
+        if spec.interval_ms is None:
+            job = api.reschedule(job.job_id, tenant=tenant, cron=spec.cron,
+                                 timezone=spec.timezone, by=by)
+        else:
+            job = api.reschedule(job.job_id, tenant=tenant, every=spec.interval_ms / 1000,
+                                 anchor=spec.anchor, timezone=spec.timezone, by=by)
         return SyncResult(SyncOutcome.UPDATED, job, changed)
 
 

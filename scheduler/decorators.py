@@ -8,6 +8,10 @@
     @app.task(name="billing.close_invoices", base=ChronoTask)   # or @shared_task(...)
     def close_invoices(): ...
 
+    @chrono_job(every=timedelta(minutes=45), tenant="acme")    # an interval job
+    @app.task(name="billing.sync_rates", base=ChronoTask)
+    def sync_rates(): ...
+
     job_id = send_reminder.schedule(invoice_id, delay=600, idempotency_key=f"remind-{invoice_id}")
     send_reminder.cancel_job(job_id)           # pause_job, resume_job, trigger_job alike
 
@@ -57,7 +61,7 @@ from celery.local import Proxy
 from celery.signals import task_prerun
 
 from chronocore.models import Tenant
-from scheduler import api, job_writer, specs
+from scheduler import api, job_writer, python_args, specs
 from scheduler.declared_jobs import CronJobSpec, as_json, idempotency_key, resolve_tenant
 from scheduler.errors import InvalidJob, JobNotFound, SpecInvalid
 from scheduler.misfire import MisfirePolicy, MisfireRule
@@ -88,6 +92,7 @@ class ChronoJobOptions:
     """
 
     cron: str | None = None
+    interval_ms: int | None = None  # instead of cron (chrono_job's every=)
     timezone: str = "UTC"
     queue: str | None = None
     tenant: TenantRef | None = None
@@ -99,10 +104,13 @@ class ChronoJobOptions:
     kwargs: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.cron is None and (self.jitter_ms or self.args or self.kwargs):
+        if self.cron is not None and self.interval_ms is not None:
+            raise InvalidJob("give cron= or every=, not both", field="every")
+        if self.cron is None and self.interval_ms is None and (
+                self.jitter_ms or self.args or self.kwargs):
             raise InvalidJob(
-                "jitter_ms, args and kwargs are for cron jobs; pass cron= too, or give "
-                "arguments to schedule()",
+                "jitter_ms, args and kwargs are for cron and interval jobs; pass cron= or "
+                "every= too, or give arguments to schedule()",
                 field="cron",
             )
         if self.retry is not None and not (
@@ -114,11 +122,12 @@ class ChronoJobOptions:
         args, kwargs = as_json(self.args, self.kwargs)
         item = {"args": args, "kwargs": kwargs, "jitter_ms": self.jitter_ms,
                 **specs.misfire_fields(self.misfire)}
-        for key, value in (("cron_expression", self.cron), ("queue", self.queue),
-                           ("overlap_policy", self.overlap), ("retry_policy", self.retry)):
+        for key, value in (("cron_expression", self.cron), ("interval_ms", self.interval_ms),
+                           ("queue", self.queue), ("overlap_policy", self.overlap),
+                           ("retry_policy", self.retry)):
             if value is not None:
                 item[key] = value
-        if self.cron is not None:
+        if self.cron is not None or self.interval_ms is not None:
             item["timezone"] = self.timezone
         try:
             specs.check_declaration(item, job_writer.current_limits())
@@ -136,6 +145,7 @@ def chrono_job(
     /,
     *,
     cron: str | None = None,
+    every: timedelta | float | None = None,
     timezone: str = "UTC",
     queue: str | None = None,
     tenant: TenantRef | None = None,
@@ -152,11 +162,14 @@ def chrono_job(
     cron job for the task, run with ``args``/``kwargs`` on ``queue`` for ``tenant`` (a slug or
     id; ``sync-jobs --tenant`` otherwise), with the ``misfire`` policy and ``jitter_ms`` spread
     of :func:`scheduler.api.schedule_cron`. Without it, the task only gains ``schedule()`` and
-    the job methods. Bad options raise :class:`~scheduler.errors.InvalidJob` or
+    the job methods. With ``every`` (a timedelta or seconds) instead of ``cron``, the job is an
+    interval job (:func:`scheduler.api.schedule_interval`: elapsed time from its creation).
+    Bad options raise :class:`~scheduler.errors.InvalidJob` or
     :class:`~scheduler.errors.InvalidSchedule` at import, naming what to change.
     """
     options = ChronoJobOptions(
         cron=cron,
+        interval_ms=None if every is None else python_args.interval_ms_of(every),
         timezone=timezone,
         queue=queue,
         tenant=tenant,
@@ -211,13 +224,14 @@ class ChronoJobTask(Proxy):
         """The cron job ``chrono sync-jobs`` keeps for this task; None for a one-time-only
         task. The idempotency key is derived from the task's name."""
         options = self.chrono
-        if options.cron is None:
+        if options.cron is None and options.interval_ms is None:
             return None
         task_name = self._get_current_object().name
         return CronJobSpec(
             idempotency_key=idempotency_key(KEY_PREFIX, task_name),
             task_name=task_name,
             cron=options.cron,
+            interval_ms=options.interval_ms,
             timezone=options.timezone,
             queue=options.queue,
             args=options.args,

@@ -11,10 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from scheduler.clock import datetime_to_ms, now_ms
-from scheduler.cron import parse_cron, validate_timezone
+from scheduler.cron import validate_timezone
 from scheduler.errors import InvalidSchedule
 from scheduler.misfire import jittered_ms, jittered_occurrence_ms
 from scheduler.models import Job, JobStatus
+from scheduler.specs import stored_schedule
 
 
 def upcoming_fire_ms(job: Job, count: int) -> list[int]:
@@ -22,11 +23,11 @@ def upcoming_fire_ms(job: Job, count: int) -> list[int]:
     finished one."""
     if job.status in (JobStatus.COMPLETED, JobStatus.CANCELLED):
         return []
-    if not job.cron_expression:
+    if not job.is_recurring:
         return [] if job.next_run_at is None else [datetime_to_ms(job.next_run_at)]
     try:
-        schedule = parse_cron(job.cron_expression, job.timezone)
-    except InvalidSchedule:  # a row written by hand; the API never stores one
+        schedule = stored_schedule(job)
+    except (InvalidSchedule, ValueError):  # a row written by hand; the API never stores one
         return []
     first: list[int] = []
     after = now_ms()

@@ -35,9 +35,11 @@ from chronocore.config import get_config
 from chronocore.models import Tenant
 from chronocore.pgcopy import NULL, TimestampText, copy_rows, copy_text, escape
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
+from scheduler.cron import parse_cron
 from scheduler.errors import InvalidJob, TaskNotGranted
 from scheduler.misfire import jittered_ms
 from scheduler.models import Job, JobStatus
+from scheduler.schedules import hash_key_of
 from scheduler.specs import ExecutionOptions, JobSpec, Limits
 from scheduler.timers import timer_store
 from search import audit
@@ -51,7 +53,7 @@ _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 _OPTION_COLUMNS = ("max_retries", "retry_policy", "soft_timeout_ms", "hard_timeout_ms",
                    "overlap_policy", "misfire_policy", "misfire_fire_all_limit", "jitter_ms")
 _PER_ROW = ("job_id", "name", "job_type", "cron_expression", "timezone", "next_run_at",
-            "args", "kwargs", "queue", *_OPTION_COLUMNS)
+            "args", "kwargs", "queue", "interval_ms", "interval_anchor", *_OPTION_COLUMNS)
 _PER_REQUEST = ("tenant", "status")  # created_at, updated_at: the database's default (now)
 
 
@@ -97,7 +99,9 @@ def row_fields(spec: JobSpec) -> dict[str, object]:
     return {
         "job_type": spec.job_type, "name": spec.name, "queue": spec.queue, "args": spec.args,
         "kwargs": spec.kwargs, "cron_expression": spec.cron_expression,
-        "timezone": spec.timezone, **option_columns(options),
+        "timezone": spec.timezone, "interval_ms": spec.interval_ms,
+        "interval_anchor": None if spec.anchor_ms is None else ms_to_datetime(spec.anchor_ms),
+        **option_columns(options),
     }
 
 
@@ -113,10 +117,15 @@ def option_columns(options: ExecutionOptions) -> dict[str, object]:
 
 
 def first_fire_ms(job_id: str, spec: JobSpec) -> int:
-    """The first fire time of the job ``spec`` becomes with ``job_id``: its occurrence spread by
-    the jitter (the same for every computation of it, :func:`scheduler.misfire.jittered_ms`)."""
+    """The first fire time of the job ``spec`` becomes with ``job_id``: its occurrence (for a
+    cron with H, hashed from the id: :mod:`scheduler.schedules`) spread by the jitter (the same
+    for every computation of it, :func:`scheduler.misfire.jittered_ms`)."""
+    fire_ms = spec.fire_at_ms
+    if spec.hashed_after_ms is not None:
+        schedule = parse_cron(spec.cron_expression, spec.timezone, hash_key_of(job_id))
+        fire_ms = schedule.next_fire_ms(spec.hashed_after_ms)
     jitter_ms = spec.options.jitter_ms
-    return jittered_ms(job_id, spec.fire_at_ms, jitter_ms) if jitter_ms else spec.fire_at_ms
+    return jittered_ms(job_id, fire_ms, jitter_ms) if jitter_ms else fire_ms
 
 
 # ------------------------------------------------------------------------------------ one job
@@ -261,7 +270,8 @@ def _write_copied(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequenc
     """The COPYs of the jobs and their audit rows, and their timers on commit."""
     if not specs:
         return
-    fire_ms = [first_fire_ms(job_id, spec) if spec.options.jitter_ms else spec.fire_at_ms
+    fire_ms = [first_fire_ms(job_id, spec)
+               if spec.options.jitter_ms or spec.hashed_after_ms is not None else spec.fire_at_ms
                for job_id, spec in zip(job_ids, specs, strict=True)]
     timers = list(zip(job_ids, fire_ms, strict=True))
     announce_before = announce_before_ms()
@@ -339,9 +349,16 @@ def _copy_lines(job_ids: list[str], specs: Sequence[JobSpec], fire_ms: list[int]
         f"{job_id}\t{escape(spec.name)}\t{spec.job_type}\t{spec.cron_expression or NULL}\t"
         f"{spec.timezone}\t{timestamp(fire)}\t"
         f"{escape(spec.args_json)}\t{escape(spec.kwargs_json)}\t{spec.queue}\t"
-        f"{options_text[id(spec.options)]}\t{line_end}\n"
+        f"{_interval_text(spec, timestamp)}\t{options_text[id(spec.options)]}\t{line_end}\n"
         for job_id, spec, fire, line_end in zip(job_ids, specs, fire_ms, line_ends, strict=True)
     ])
+
+
+def _interval_text(spec: JobSpec, timestamp: TimestampText) -> str:
+    """``interval_ms`` and ``interval_anchor`` as COPY text (nulls for any other job)."""
+    if spec.interval_ms is None:
+        return f"{NULL}\t{NULL}"
+    return f"{spec.interval_ms}\t{timestamp(spec.anchor_ms)}"
 
 
 def _options_text(options: ExecutionOptions) -> str:

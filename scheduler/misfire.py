@@ -24,8 +24,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import ClassVar
 
-from scheduler.cron import CronSchedule
 from scheduler.inputs import choice_problem, whole_number_problem
+from scheduler.schedules import Schedule
 
 MAX_OCCURRENCES_EXAMINED = 10_000
 
@@ -87,7 +87,7 @@ class FirePlan:
 
 def plan_occurrences(
     *,
-    schedule: CronSchedule | None,
+    schedule: Schedule | None,
     fire_at_ms: int,
     now_ms: int,
     rule: MisfireRule,
@@ -133,7 +133,7 @@ def jittered_ms(job_id: str, occurrence_ms: int, jitter_ms: int) -> int:
 
 
 def jittered_occurrence_ms(
-    job_id: str, schedule: CronSchedule, pending_ms: int, jitter_ms: int
+    job_id: str, schedule: Schedule, pending_ms: int, jitter_ms: int
 ) -> int | None:
     """The occurrence of ``schedule`` that the jitter delayed into ``pending_ms``: the first
     one after ``pending_ms - jitter_ms`` (a jitter is below the schedule's gaps). None when
@@ -148,7 +148,7 @@ JITTER_OCCURRENCES_CHECKED = 10
 
 
 @lru_cache(maxsize=256)  # a bulk request checks many jobs of one schedule at one now_ms
-def jitter_room_ms(schedule: CronSchedule, now_ms: int) -> int:
+def jitter_room_ms(schedule: Schedule, now_ms: int) -> int:
     """The shortest gap between the schedule's coming occurrences: a jitter must stay below
     it, so that a delayed occurrence never passes the next one."""
     fire_times = schedule.fire_times_ms(now_ms, JITTER_OCCURRENCES_CHECKED + 1)

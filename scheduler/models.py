@@ -81,7 +81,8 @@ class JobQuerySet(models.QuerySet):
 
 
 class Job(models.Model):
-    """A one-time job (``cron_expression`` is null) or a recurring cron job."""
+    """A one-time job, a recurring cron job (``cron_expression``) or an interval job
+    (``interval_ms`` from ``interval_anchor``, in elapsed time: :mod:`scheduler.intervals`)."""
 
     job_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No index of its own: job_tenant_status_idx starts with the tenant (every index costs each
@@ -92,6 +93,11 @@ class Job(models.Model):
     job_type = models.CharField(max_length=200, help_text="The Celery task name to run.")
     cron_expression = models.CharField(max_length=200, null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
+    interval_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="An interval job's period in milliseconds.")
+    interval_anchor = models.DateTimeField(
+        null=True, blank=True, help_text="An interval job's first occurrence; the others follow "
+        "every interval_ms after it.")
     next_run_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.ACTIVE)
     retry_count = models.PositiveIntegerField(default=0, help_text="Retries made, all occurrences.")
@@ -152,6 +158,11 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            models.CheckConstraint(
+                condition=models.Q(cron_expression__isnull=True)
+                | models.Q(interval_ms__isnull=True),
+                name="job_cron_or_interval",
+            ),
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"],
                 condition=models.Q(idempotency_key__isnull=False),
@@ -164,7 +175,7 @@ class Job(models.Model):
 
     @property
     def is_recurring(self) -> bool:
-        return bool(self.cron_expression)
+        return bool(self.cron_expression) or bool(self.interval_ms)
 
 
 class ExecutionQuerySet(models.QuerySet):

@@ -20,7 +20,6 @@ from django.db import connection
 
 from scheduler import prepared
 from scheduler.clock import datetime_to_ms, ms_to_datetime
-from scheduler.cron import CronSchedule, parse_cron
 from scheduler.lifecycle import (
     CANCELLED_AUDIT,
     IN_FLIGHT,
@@ -33,6 +32,7 @@ from scheduler.lifecycle import (
 from scheduler.misfire import MisfirePolicy, MisfireRule
 from scheduler.models import JobStatus
 from scheduler.retry import RetryPolicy, effective_policy
+from scheduler.schedules import Schedule, job_schedule
 from search import audit
 
 _IN_FLIGHT = sql_statuses(IN_FLIGHT)
@@ -60,30 +60,37 @@ class DueJob:
     hard_timeout_ms: int | None
     overlap_policy: str
     idempotency_key: str | None
+    interval_ms: int | None = None
+    anchor_ms: int | None = None
 
     @property
     def is_active(self) -> bool:
         return self.status == JobStatus.ACTIVE
 
     @property
-    def schedule(self) -> CronSchedule | None:
-        if not self.cron_expression:
-            return None
-        return parse_cron(self.cron_expression, self.timezone)
+    def is_recurring(self) -> bool:
+        return bool(self.cron_expression or self.interval_ms)
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The job's cron (H hashed from its id) or interval; None for a one-time job."""
+        return job_schedule(job_id=self.job_id, cron_expression=self.cron_expression,
+                            timezone=self.timezone, interval_ms=self.interval_ms,
+                            anchor_ms=self.anchor_ms)
 
 
 _JOB_COLUMNS = (
     "j.job_id, j.tenant_id, j.job_type, j.args, j.kwargs, j.queue, j.cron_expression, "
     "j.timezone, j.status, j.next_run_at, j.misfire_policy, j.misfire_fire_all_limit, "
     "j.jitter_ms, j.retry_policy, j.max_retries, j.soft_timeout_ms, j.hard_timeout_ms, "
-    "j.overlap_policy, j.idempotency_key"
+    "j.overlap_policy, j.idempotency_key, j.interval_ms, j.interval_anchor"
 )
 
 
 def _due_job(row: tuple) -> DueJob:
     job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run = row[:10]
     (policy, fire_all_limit, jitter_ms, retry_policy, max_retries, soft, hard, overlap,
-     idempotency_key) = row[10:]
+     idempotency_key, interval_ms, interval_anchor) = row[10:]
     return DueJob(
         job_id=str(job_id),
         tenant_id=str(tenant_id),
@@ -102,6 +109,8 @@ def _due_job(row: tuple) -> DueJob:
         hard_timeout_ms=hard,
         overlap_policy=overlap,
         idempotency_key=idempotency_key,
+        interval_ms=interval_ms,
+        anchor_ms=None if interval_anchor is None else datetime_to_ms(interval_anchor),
     )
 
 

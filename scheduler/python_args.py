@@ -81,3 +81,12 @@ def execution_options(
     if misfire is not None:
         item |= specs.misfire_fields(misfire)
     return item
+
+
+def interval_ms_of(every: object) -> int:
+    """``every=`` (a timedelta or seconds) as whole milliseconds; InvalidJob naming ``every``."""
+    seconds = every.total_seconds() if isinstance(every, timedelta) else every
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
+            not math.isfinite(seconds):
+        raise InvalidJob(f"every= takes seconds or a timedelta, got {every!r}", field="every")
+    return round(seconds * 1000)

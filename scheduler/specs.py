@@ -58,8 +58,10 @@ from scheduler.inputs import (
     printable,
     whole_number_problem,
 )
+from scheduler.intervals import IntervalSchedule, period_problem
 from scheduler.misfire import MisfirePolicy, MisfireRule, jitter_room_ms
 from scheduler.retry import RetryPolicy, effective_policy
+from scheduler.schedules import Schedule, hash_key_of
 
 NON_FIELD = "non_field_errors"
 MAX_TEXT_LENGTH = 200
@@ -80,12 +82,15 @@ OPTION_FIELDS = (
 )  # fmt: skip
 CRON_ONLY_FIELDS = ("overlap_policy", "jitter_ms")
 
-SCHEDULE_FIELDS = ("run_at", "delay_ms", "cron_expression")
+SCHEDULE_FIELDS = ("run_at", "delay_ms", "cron_expression", "interval_ms")
+INTERVAL_FIELDS = ("interval_ms", "interval_anchor")
 CREATE_FIELDS = (
     "job_type", "name", "queue", "args", "kwargs", "max_retries",
-    "run_at", "delay_ms", "cron_expression", "timezone", *OPTION_FIELDS,
+    "run_at", "delay_ms", "cron_expression", "interval_ms", "interval_anchor", "timezone",
+    *OPTION_FIELDS,
 )  # fmt: skip
-UPDATE_FIELDS = ("run_at", "cron_expression", "timezone", "max_retries", *OPTION_FIELDS)
+UPDATE_FIELDS = ("run_at", "cron_expression", "timezone", *INTERVAL_FIELDS, "max_retries",
+                 *OPTION_FIELDS)
 OPTION_CHANGE_FIELDS = frozenset(("max_retries", *OPTION_FIELDS))
 _CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
 # The fields of a bulk item that the fast path (_plain_spec) takes; any other goes the full way.
@@ -157,6 +162,11 @@ class JobSpec:
     timezone: str
     fire_at_ms: int  # of the first occurrence, before jitter (the job id is not known yet)
     options: ExecutionOptions = DEFAULT_OPTIONS
+    interval_ms: int | None = None
+    anchor_ms: int | None = None  # an interval job's
+    # A cron expression with H: its first occurrence is computed again once the job has its id
+    # (the hash key), after this time (scheduler.job_writer.first_fire_ms).
+    hashed_after_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,13 +218,19 @@ def checked_spec(item: object, limits: Limits) -> JobSpec:
     schedule, timezone, fire_at_ms = _schedule(item, limits, errors, causes)
     options = DEFAULT_OPTIONS
     if not OPTION_CHANGE_FIELDS.isdisjoint(item.keys()):  # the bulk path's common case skips it
-        kind = "cron" if "cron_expression" in item else "one-time"
+        kind = "cron" if item.keys() & {"cron_expression", "interval_ms"} else "one-time"
         options = parse_options(item, DEFAULT_OPTIONS, errors, kind=kind, schedule=schedule,
                                 now_ms=limits.now_ms)
     if errors:
         raise SpecInvalid(errors, too_large=too_large, causes=causes)
+    if isinstance(schedule, IntervalSchedule):
+        return JobSpec(job_type, name, queue, args, kwargs, args_json, kwargs_json, None,
+                       timezone, fire_at_ms, options, interval_ms=schedule.period_ms,
+                       anchor_ms=schedule.anchor_ms)
+    hashed_after_ms = limits.now_ms if schedule is not None and schedule.hashed else None
     return JobSpec(job_type, name, queue, args, kwargs, args_json, kwargs_json,
-                   schedule.expression if schedule else None, timezone, fire_at_ms, options)
+                   schedule.expression if schedule else None, timezone, fire_at_ms, options,
+                   hashed_after_ms=hashed_after_ms)
 
 
 def check_declaration(item: object, limits: Limits) -> None:
@@ -232,6 +248,8 @@ def check_declaration(item: object, limits: Limits) -> None:
     schedule = None
     if "cron_expression" in item:
         schedule = _cron(item, limits, errors, causes)[0]
+    elif "interval_ms" in item:
+        schedule = _interval(item, limits, errors)[0]
     parse_options(item, DEFAULT_OPTIONS, errors, kind="cron", schedule=schedule,
                   now_ms=limits.now_ms)
     if errors:
@@ -290,8 +308,9 @@ def idempotency_key_problem(key: object) -> str | None:
 class JobChange:
     """What a change of one job comes to, checked against the job (:func:`plan_change`)."""
 
-    # A cron job's schedule when the change gives a new expression or time zone, else None.
-    schedule: CronSchedule | None
+    # A cron job's schedule when the change gives a new expression or time zone, an interval
+    # job's when it gives a new period or anchor, else None.
+    schedule: Schedule | None
     # A one-time job's new fire time (ms), else None.
     fire_at_ms: int | None
     # The job's options before and after the change (equal when it changes none).
@@ -317,6 +336,15 @@ def parse_update(item: object, limits: Limits) -> dict[str, object]:
         value = _text(item, key, errors, default=None)
         if value is not None:
             changes[key] = value
+    if "interval_ms" in item:
+        if problem := period_problem(item["interval_ms"]):
+            errors["interval_ms"] = [problem]
+        else:
+            changes["interval_ms"] = item["interval_ms"]
+    if "interval_anchor" in item:
+        anchor_ms = _anchor(item["interval_anchor"], errors, limits.now_ms)
+        if anchor_ms is not None:
+            changes["interval_anchor"] = anchor_ms
     changes |= {key: item[key] for key in OPTION_CHANGE_FIELDS if key in item}
     if errors:
         raise SpecInvalid(errors)
@@ -330,17 +358,27 @@ def plan_change(job: object, changes: Mapping[str, object], *, now_ms: int) -> J
     new soft timeout against the hard one it keeps, a new schedule against the jitter it keeps).
     Raises :class:`SpecInvalid`."""
     _check_timing_fields(job, changes)
-    schedule = None
+    schedule: Schedule | None = None
     if job.cron_expression and changes.keys() & {"cron_expression", "timezone"}:
         schedule = _new_schedule(job, changes)
+    if getattr(job, "interval_ms", None) and changes.keys() & {*INTERVAL_FIELDS, "timezone"}:
+        timezone = changes.get("timezone", job.timezone)
+        try:
+            validate_timezone(timezone)
+        except InvalidSchedule as exc:
+            raise SpecInvalid({"timezone": [exc.message]}, causes={"timezone": exc}) from None
+        schedule = IntervalSchedule(
+            changes.get("interval_ms", job.interval_ms),
+            changes.get("interval_anchor", _anchor_ms_of(job)), timezone)
     base = options_of(job)
     given = {key: value for key, value in changes.items() if key in OPTION_CHANGE_FIELDS}
     if not given and not (schedule is not None and job.jitter_ms):
         return JobChange(schedule, changes.get("run_at"), base, base)
-    kind = "cron" if job.cron_expression else "one-time"
+    recurring = bool(job.cron_expression or getattr(job, "interval_ms", None))
+    kind = "cron" if recurring else "one-time"
     jitter_schedule = schedule
-    if jitter_schedule is None and job.cron_expression and "jitter_ms" in given:
-        jitter_schedule = parse_cron(job.cron_expression, job.timezone)
+    if jitter_schedule is None and recurring and "jitter_ms" in given:
+        jitter_schedule = stored_schedule(job)
     errors: Errors = {}
     options = parse_options(given, base, errors, kind=kind, schedule=jitter_schedule,
                             now_ms=now_ms)
@@ -349,7 +387,35 @@ def plan_change(job: object, changes: Mapping[str, object], *, now_ms: int) -> J
     return JobChange(schedule, changes.get("run_at"), base, options)
 
 
+def stored_schedule(job: object) -> Schedule | None:
+    """The schedule a job row holds (its cron with H hashed from its id, or its interval)."""
+    if job.cron_expression:
+        return parse_cron(job.cron_expression, job.timezone, hash_key_of(job.job_id))
+    if getattr(job, "interval_ms", None):
+        return IntervalSchedule(job.interval_ms, _anchor_ms_of(job))
+    return None
+
+
+def _anchor_ms_of(job: object) -> int:
+    anchor = getattr(job, "interval_anchor", None)
+    return 0 if anchor is None else datetime_to_ms(anchor)
+
+
 def _check_timing_fields(job: object, changes: Mapping[str, object]) -> None:
+    interval_given = changes.keys() & set(INTERVAL_FIELDS)
+    if getattr(job, "interval_ms", None):
+        wrong = [key for key in ("run_at", "cron_expression") if key in changes]
+        if wrong:
+            raise SpecInvalid({wrong[0]: [
+                "This is an interval job: change interval_ms or interval_anchor; run_at is "
+                "for one-time jobs and cron_expression for cron jobs (create a cron job "
+                "instead)."]})
+        return
+    if interval_given:
+        field = sorted(interval_given)[-1]
+        raise SpecInvalid({field: [
+            "interval_ms and interval_anchor are for interval jobs; this job is not one "
+            "(create an interval job instead)."]})
     if job.cron_expression and "run_at" in changes:
         raise SpecInvalid({"run_at": [
             "This is a cron job: change cron_expression or timezone; run_at is for "
@@ -367,7 +433,8 @@ def _new_schedule(job: object, changes: Mapping[str, object]) -> CronSchedule:
     timezone = changes.get("timezone") or job.timezone
     try:
         validate_timezone(timezone)
-        return parse_cron(changes.get("cron_expression") or job.cron_expression, timezone)
+        return parse_cron(changes.get("cron_expression") or job.cron_expression, timezone,
+                          hash_key_of(job.job_id))
     except InvalidSchedule as exc:
         field = spec_field(exc.field)
         raise SpecInvalid({field: [exc.message]}, causes={field: exc}) from None
@@ -375,19 +442,20 @@ def _new_schedule(job: object, changes: Mapping[str, object]) -> CronSchedule:
 
 def parse_options(
     item: Mapping, base: ExecutionOptions, errors: Errors, *, kind: str,
-    schedule: CronSchedule | None, now_ms: int,
+    schedule: Schedule | None, now_ms: int,
 ) -> ExecutionOptions:
     """The execution options of ``item`` laid over ``base`` (the defaults for a create, the
     job's options for a change), with their messages in ``errors``. ``kind`` is ``"cron"`` or
-    ``"one-time"``; ``schedule`` (a cron job's, None when it is unknown or invalid) bounds the
-    jitter. A ``retry_policy`` is merged key by key into base's."""
+    ``"one-time"`` (``"cron"`` covers interval jobs: both recur); ``schedule`` (a recurring
+    job's, None when it is unknown or invalid) bounds the jitter. A ``retry_policy`` is merged
+    key by key into base's."""
     max_attempts, retry = _retries(item, base, errors)
     soft, hard = _timeouts(item, base, errors)
     if kind != "cron":
         for key in CRON_ONLY_FIELDS:
             if key in item:
-                errors[key] = [f"{key} applies to cron jobs only (a one-time job has one "
-                               "occurrence); leave it out."]
+                errors[key] = [f"{key} applies to cron and interval jobs only (a one-time "
+                               "job has one occurrence); leave it out."]
         item = {key: value for key, value in item.items() if key not in CRON_ONLY_FIELDS}
     overlap = _choice(item, "overlap_policy", OVERLAP_POLICIES, "an overlap policy", errors,
                       default=base.overlap_policy)
@@ -588,16 +656,21 @@ def _typed(item: Mapping, key: str, kind: type, kind_name: str, errors: Errors, 
 
 def _schedule(
     item: Mapping, limits: Limits, errors: Errors, causes: dict[str, InvalidSchedule]
-) -> tuple[CronSchedule | None, str, int]:
-    """``(cron schedule or None, time zone, first fire ms)`` from exactly one schedule field."""
+) -> tuple[Schedule | None, str, int]:
+    """``(schedule or None, time zone, first fire ms)`` from exactly one schedule field."""
     given = [key for key in SCHEDULE_FIELDS if key in item]
     if len(given) != 1:
         what = "none" if not given else " and ".join(given)
         errors[NON_FIELD if not given else given[-1]] = [
             f"Give exactly one of run_at (ISO 8601 time with offset), delay_ms (milliseconds "
-            f"from now) or cron_expression; got {what}."
+            f"from now), cron_expression or interval_ms; got {what}."
         ]
         return None, "UTC", 0
+    if "interval_anchor" in item and given[0] != "interval_ms":
+        errors["interval_anchor"] = [
+            "interval_anchor applies to interval_ms only; give interval_ms too, or leave it out."]
+    if given[0] == "interval_ms":
+        return _interval(item, limits, errors)
     if "timezone" in item and given[0] != "cron_expression":
         errors["timezone"] = [
             "timezone applies to cron_expression only; write run_at with its UTC offset "
@@ -657,6 +730,49 @@ def _delay(value: object, limits: Limits, errors: Errors) -> int:
     elif value > MAX_AHEAD_MS:
         errors["delay_ms"] = [f"Is more than 100 years ({MAX_AHEAD_MS} ms); give a smaller delay."]
     return limits.now_ms + value
+
+
+def _interval(item: Mapping, limits: Limits, errors: Errors
+              ) -> tuple[IntervalSchedule | None, str, int]:
+    """An interval job's schedule: every ``interval_ms`` from ``interval_anchor`` (default: now,
+    so the first occurrence is one period from now, as in Celery beat)."""
+    timezone = _text(item, "timezone", errors, default="UTC")
+    if "timezone" not in errors:
+        try:
+            validate_timezone(timezone)
+        except InvalidSchedule as exc:
+            errors["timezone"] = [exc.message]
+    if problem := period_problem(item["interval_ms"]):
+        errors["interval_ms"] = [problem]
+        return None, "UTC", 0
+    anchor_ms = limits.now_ms
+    if "interval_anchor" in item:
+        anchor_ms = _anchor(item["interval_anchor"], errors, limits.now_ms)
+        if anchor_ms is None:
+            return None, "UTC", 0
+    schedule = IntervalSchedule(item["interval_ms"], anchor_ms)
+    return schedule, timezone if "timezone" not in errors else "UTC", \
+        schedule.next_fire_ms(limits.now_ms)
+
+
+def _anchor(value: object, errors: Errors, now_ms: int) -> int | None:
+    """``interval_anchor`` (ISO 8601 with an offset, or an aware datetime) as epoch ms."""
+    example = "an ISO 8601 time with a UTC offset such as 2030-01-01T09:00:00Z"
+    when = value
+    if isinstance(value, str) and not control_character_problem(value):
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            when = None
+    if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
+        shown = f"'{value[:64]}'" if isinstance(value, str) else json_type(value)
+        errors["interval_anchor"] = [f"Must be {example}, got {shown}."]
+        return None
+    anchor_ms = datetime_to_ms(when)
+    if abs(anchor_ms - now_ms) > MAX_AHEAD_MS:
+        errors["interval_anchor"] = ["Is more than 100 years away; give a nearer time."]
+        return None
+    return anchor_ms
 
 
 def _cron(item: Mapping, limits: Limits, errors: Errors, causes: dict[str, InvalidSchedule]
@@ -791,7 +907,7 @@ def _choice(item: Mapping, key: str, choices: tuple[str, ...], what: str, errors
     return str(value)
 
 
-def _check_jitter(jitter_ms: int, schedule: CronSchedule, now_ms: int, errors: Errors) -> None:
+def _check_jitter(jitter_ms: int, schedule: Schedule, now_ms: int, errors: Errors) -> None:
     """Jitter must stay below the shortest gap between the schedule's coming occurrences, so a
     delayed occurrence never passes the next one."""
     gap_ms = jitter_room_ms(schedule, now_ms)

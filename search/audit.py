@@ -268,12 +268,15 @@ def job_data(job: Any) -> dict[str, Any]:
     """What an audit row of a job's creation or edit keeps about it: its schedule and how its
     occurrences run (empty fields and unset options left out; the schedule-only options of a
     cron job only for one)."""
-    cron = bool(job.cron_expression)
+    interval_ms = getattr(job, "interval_ms", None)
+    cron = bool(job.cron_expression) or bool(interval_ms)  # recurring: cron or interval
     fields = {
         "job_type": job.job_type,
         "name": job.name,
         "queue": job.queue,
         "cron_expression": job.cron_expression,
+        "interval_ms": interval_ms,
+        "interval_anchor": getattr(job, "interval_anchor", None),
         "timezone": job.timezone if cron else None,
         "next_run_at": job.next_run_at,
         "max_retries": job.max_retries or None,

@@ -23,6 +23,7 @@ from scheduler.clock import ms_to_datetime
 from scheduler.cron import format_fire_time
 from scheduler.errors import SpecInvalid
 from scheduler.fire_times import upcoming_fire_ms
+from scheduler.intervals import IntervalSchedule
 from scheduler.job_writer import current_limits
 from scheduler.misfire import MisfireRule
 from scheduler.models import Execution, Job, MisfirePolicyChoice, OverlapPolicy
@@ -43,7 +44,8 @@ NEXT_FIRE_TIMES = 5
 
 
 class JobCreateSerializer(serializers.Serializer):
-    """A job to create: exactly one of ``run_at``, ``delay_ms`` or ``cron_expression``."""
+    """A job to create: exactly one of ``run_at``, ``delay_ms``, ``cron_expression`` or
+    ``interval_ms``."""
 
     job_type = serializers.CharField(
         max_length=MAX_TEXT_LENGTH,
@@ -190,16 +192,37 @@ class OneTimeJobAfterSerializer(_JobFieldsSerializer):
     delay_ms = serializers.IntegerField(min_value=0, max_value=MAX_AHEAD_MS)
 
 
+CRON_HELP = ("5 fields (or 6 with seconds first) or a macro like @daily; also L, L-n, LW, nW "
+             "(day-of-month), dL, d#k (day-of-week) and H, H/n, H(a-b), H(a-b)/n hashed from "
+             "the job's id.")
+INTERVAL_HELP = (f"Every this many milliseconds of elapsed time ({IntervalSchedule.MIN_PERIOD_MS}"
+                 f" to {IntervalSchedule.MAX_PERIOD_MS}); daylight saving does not change it.")
+ANCHOR_HELP = ("The interval's first occurrence, ISO 8601 with a UTC offset (default: the time "
+               "the job is created, so it first runs one interval later).")
+
+
 class CronJobSerializer(_JobFieldsSerializer, _CronOptionsSerializer):
     """A recurring job on ``cron_expression``, evaluated in ``timezone`` (default UTC)."""
 
-    cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH)
+    cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH, help_text=CRON_HELP)
+    timezone = serializers.CharField(max_length=64, required=False)
+
+
+class IntervalJobSerializer(_JobFieldsSerializer, _CronOptionsSerializer):
+    """A recurring job every ``interval_ms`` from ``interval_anchor``; ``timezone`` is the zone
+    its times are shown in."""
+
+    interval_ms = serializers.IntegerField(
+        min_value=IntervalSchedule.MIN_PERIOD_MS, max_value=IntervalSchedule.MAX_PERIOD_MS,
+        help_text=INTERVAL_HELP)
+    interval_anchor = serializers.DateTimeField(required=False, help_text=ANCHOR_HELP)
     timezone = serializers.CharField(max_length=64, required=False)
 
 
 JOB_CREATE_SCHEMA = PolymorphicProxySerializer(
     component_name="JobCreate",
-    serializers=[OneTimeJobAtSerializer, OneTimeJobAfterSerializer, CronJobSerializer],
+    serializers=[OneTimeJobAtSerializer, OneTimeJobAfterSerializer, CronJobSerializer,
+                 IntervalJobSerializer],
     resource_type_field_name=None,
 )
 
@@ -212,8 +235,13 @@ class JobUpdateSerializer(_ExecutionFieldsSerializer, _CronOptionsSerializer):
     job is found and locked."""
 
     run_at = serializers.DateTimeField(required=False)
-    cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH, required=False)
+    cron_expression = serializers.CharField(max_length=MAX_TEXT_LENGTH, required=False,
+                                            help_text=CRON_HELP)
     timezone = serializers.CharField(max_length=64, required=False)
+    interval_ms = serializers.IntegerField(
+        min_value=IntervalSchedule.MIN_PERIOD_MS, max_value=IntervalSchedule.MAX_PERIOD_MS,
+        required=False, help_text=INTERVAL_HELP)
+    interval_anchor = serializers.DateTimeField(required=False, help_text=ANCHOR_HELP)
 
 
 class FireTimeSerializer(serializers.Serializer):
@@ -254,7 +282,8 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = (
-            "job_id", "name", "job_type", "status", "cron_expression", "timezone", "next_run_at",
+            "job_id", "name", "job_type", "status", "cron_expression", "interval_ms",
+            "interval_anchor", "timezone", "next_run_at",
             "queue", "args", "kwargs", "max_retries", "retry_policy", "soft_timeout_ms",
             "hard_timeout_ms", "overlap_policy", "misfire_policy", "misfire_fire_all_limit",
             "jitter_ms", "retry_count", "created_at", "updated_at", "cancelled_at",

@@ -52,20 +52,20 @@ app.conf.update(
             "schedule": crontab(minute=30, hour=2),
             "options": {"queue": QUEUE},
         },
-        # Translated: 30 s divides a minute -> "*/30 * * * * *" in UTC.
+        # An interval job: every 30 s of elapsed time.
         "sync-payments": {
             "task": "billing.sync_payments",
             "schedule": 30.0,
             "options": {"queue": QUEUE},
         },
-        # Translated: 15 min divides an hour -> "*/15 * * * *" in UTC.
+        # An interval job: every 15 min of elapsed time (DST does not change the period).
         "refresh-rates": {
             "task": "billing.refresh_exchange_rates",
             "schedule": timedelta(minutes=15),
             "kwargs": {"currencies": ["EUR", "USD"]},
             "options": {"queue": QUEUE},
         },
-        # Refused: 7 s does not divide a minute, so no cron fires every 7 s exactly.
+        # An interval job too: any period from a second to 366 days, 7 s included.
         "poll-bank": {
             "task": "billing.poll_bank",
             "schedule": 7.0,

@@ -92,3 +92,18 @@ def test_the_form_edits_the_name_only_and_no_job_is_added_here(staff, tenant, re
     assert job.cron_expression == "*/5 * * * *" and job.status == JobStatus.ACTIVE
     assert staff.get("/admin/scheduler/job/add/").status_code == 403
     assert staff.get("/admin/scheduler/execution/add/").status_code == 403
+
+
+def test_interval_and_hashed_jobs_show_their_schedule_and_next_fire_times(staff, tenant,
+                                                                           redis_client):
+    from scheduler.cron import parse_cron
+
+    interval = api.schedule_interval("tests.noop", tenant=tenant, every=45 * 60)
+    hashed = api.schedule_cron("tests.noop", tenant=tenant, cron="H H * * *")
+    listing = staff.get("/admin/scheduler/job/").content.decode()
+    assert "every 45 minutes" in listing and "H H * * *" in listing
+    page = staff.get(f"/admin/scheduler/job/{interval.job_id}/change/").content.decode()
+    assert page.count('class="fire-time"') >= 5
+    page = staff.get(f"/admin/scheduler/job/{hashed.job_id}/change/").content.decode()
+    schedule = parse_cron("H H * * *", "UTC", str(hashed.job_id))
+    assert f"{schedule.hours[0]:02}:{schedule.minutes[0]:02}:00" in page

@@ -72,9 +72,9 @@ def test_invalid_items_are_reported_by_index_and_field_and_valid_ones_are_create
             "day from 1 to 29 or add a month that has it")},
         {"index": 3, "field": "colour", "message": (
             "Unknown field; the fields are: job_type, name, queue, args, kwargs, max_retries, "
-            "run_at, delay_ms, cron_expression, timezone, retry_policy, soft_timeout_ms, "
-            "hard_timeout_ms, overlap_policy, misfire_policy, misfire_fire_all_limit, "
-            "jitter_ms.")},
+            "run_at, delay_ms, cron_expression, interval_ms, interval_anchor, timezone, "
+            "retry_policy, soft_timeout_ms, hard_timeout_ms, overlap_policy, misfire_policy, "
+            "misfire_fire_all_limit, jitter_ms.")},
         {"index": 3, "field": "delay_ms", "message": (
             "Is negative (-1); use 0 or more milliseconds from now.")},
         {"index": 4, "field": "non_field_errors", "message": (

@@ -318,12 +318,12 @@ BAD = {
         "Is negative (-1); use a whole number of milliseconds from 0 to 604800000."),
     "jitter_on_a_one_time_job": (
         ONE_TIME, {"jitter_ms": 1_000}, "jitter_ms",
-        "jitter_ms applies to cron jobs only (a one-time job has one occurrence); leave it "
-        "out."),
+        "jitter_ms applies to cron and interval jobs only (a one-time job has one "
+        "occurrence); leave it out."),
     "overlap_on_a_one_time_job": (
         ONE_TIME, {"overlap_policy": "allow"}, "overlap_policy",
-        "overlap_policy applies to cron jobs only (a one-time job has one occurrence); leave "
-        "it out."),
+        "overlap_policy applies to cron and interval jobs only (a one-time job has one "
+        "occurrence); leave it out."),
 }
 
 

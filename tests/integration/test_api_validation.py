@@ -103,7 +103,8 @@ def test_unknown_fields_are_refused_with_a_suggestion(tenant_api):
     response = create(tenant_api, delay_ms=0, run_time="2099-01-01T00:00:00Z", priority=3)
     assert response.status_code == 400
     fields = ("job_type, name, queue, args, kwargs, max_retries, run_at, delay_ms, "
-              "cron_expression, timezone, retry_policy, soft_timeout_ms, hard_timeout_ms, "
+              "cron_expression, interval_ms, interval_anchor, timezone, retry_policy, "
+              "soft_timeout_ms, hard_timeout_ms, "
               "overlap_policy, misfire_policy, misfire_fire_all_limit, jitter_ms")
     assert response.json() == {
         "run_time": [f"Unknown field; did you mean 'run_at'? the fields are: {fields}."],
@@ -117,12 +118,12 @@ def test_no_schedule_or_two_schedules_are_refused(tenant_api):
     assert response.status_code == 400
     assert response.json() == {"non_field_errors": [
         "Give exactly one of run_at (ISO 8601 time with offset), delay_ms (milliseconds from "
-        "now) or cron_expression; got none."]}
+        "now), cron_expression or interval_ms; got none."]}
     response = create(tenant_api, delay_ms=5, cron_expression="* * * * *")
     assert response.status_code == 400
     assert response.json() == {"cron_expression": [
         "Give exactly one of run_at (ISO 8601 time with offset), delay_ms (milliseconds from "
-        "now) or cron_expression; got delay_ms and cron_expression."]}
+        "now), cron_expression or interval_ms; got delay_ms and cron_expression."]}
 
 
 def test_a_time_zone_for_a_one_time_job_is_refused(tenant_api):
@@ -216,7 +217,8 @@ def test_patch_with_nothing_or_unknown_fields_is_refused(tenant_api):
     job_id = create(tenant_api, delay_ms=1000).json()["job_id"]
     response = tenant_api.patch_json(f"{JOBS}{job_id}/", {})
     assert response.status_code == 400
-    fields = ("run_at, cron_expression, timezone, max_retries, retry_policy, soft_timeout_ms, "
+    fields = ("run_at, cron_expression, timezone, interval_ms, interval_anchor, max_retries, "
+              "retry_policy, soft_timeout_ms, "
               "hard_timeout_ms, overlap_policy, misfire_policy, misfire_fire_all_limit, "
               "jitter_ms")
     assert response.json() == {"non_field_errors": [f"Nothing to change: give one of {fields}."]}
@@ -382,8 +384,9 @@ def test_an_unknown_field_or_choice_with_a_control_character_is_quoted_escaped(t
     assert response.status_code == 400
     assert response.json() == {
         "colour\\u0007": ["Unknown field; the fields are: job_type, name, queue, args, kwargs, "
-                          "max_retries, run_at, delay_ms, cron_expression, timezone, "
-                          "retry_policy, soft_timeout_ms, hard_timeout_ms, overlap_policy, "
+                          "max_retries, run_at, delay_ms, cron_expression, interval_ms, "
+                          "interval_anchor, timezone, retry_policy, soft_timeout_ms, "
+                          "hard_timeout_ms, overlap_policy, "
                           "misfire_policy, misfire_fire_all_limit, jitter_ms."],
         "overlap_policy": ["'skip\\u001b' is not an overlap policy; use one of allow, skip, "
                            "buffer_one, cancel_previous."],

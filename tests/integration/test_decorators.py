@@ -122,7 +122,7 @@ def test_the_decorated_task_is_still_the_celery_task():
         ({"misfire": "sometimes"}, InvalidJob, "fire_once, fire_all, skip"),
         ({"cron": "* * * * *", "jitter_ms": 60_000}, InvalidJob,
          "not below the 60000 ms between occurrences"),
-        ({"jitter_ms": 500}, InvalidJob, "pass cron= too"),
+        ({"jitter_ms": 500}, InvalidJob, "pass cron= or every= too"),
         ({"retry": [3]}, InvalidJob, "retry= takes a dict"),
         ({"cron": "* * * * *", "args": (object(),)}, InvalidJob, "JSON-serialisable"),
     ],
@@ -389,25 +389,47 @@ def test_import_beat_imports_every_translatable_entry_once(
     assert close_day.startswith("created")
     assert '"30 2 * * *" in Europe/Paris (crontab in Europe/Paris), queue billing' in close_day
     payments = line_of(first, "sync-payments -> billing.sync_payments")
-    assert '"*/30 * * * * *" in UTC (every 30 s, aligned to the clock in UTC)' in payments
+    assert "every 30 seconds in UTC (every 30 s of elapsed time)" in payments
     rates = line_of(first, "refresh-rates")
-    assert '"*/15 * * * *" in UTC (every 15 min' in rates
+    assert "every 15 minutes in UTC (every 15 min of elapsed time)" in rates
     poll = line_of(first, "poll-bank -> billing.poll_bank")
-    assert poll.startswith("skipped")
-    assert "every 7 s does not divide a minute" in poll
-    assert "4 beat entries for tenant acme: 3 created, 1 skipped" in first
+    assert poll.startswith("created") and "every 7 seconds" in poll
+    assert "4 beat entries for tenant acme: 4 created" in first
 
     jobs = {job.idempotency_key: job for job in Job.objects.all()}
     assert set(jobs) == {"beat:billing:close-day", "beat:billing:sync-payments",
-                         "beat:billing:refresh-rates"}
+                         "beat:billing:refresh-rates", "beat:billing:poll-bank"}
     rates_job = jobs["beat:billing:refresh-rates"]
     assert (rates_job.job_type, rates_job.kwargs, rates_job.name) == (
         "billing.refresh_exchange_rates", {"currencies": ["EUR", "USD"]}, "refresh-rates")
-    assert timer_store().pending_count() == 3
+    assert (rates_job.cron_expression, rates_job.interval_ms) == (None, 15 * 60_000)
+    poll_job = jobs["beat:billing:poll-bank"]
+    assert poll_job.interval_ms == 7_000
+    # The first run is one period after the anchor (the creation), as under Celery beat.
+    assert poll_job.next_run_at - poll_job.interval_anchor == timedelta(seconds=7)
+    assert timer_store().pending_count() == 4
 
     second = import_beat("examples.billing.celery:app", "--tenant", "acme")
-    assert "4 beat entries for tenant acme: 3 unchanged, 1 skipped" in second
-    assert Job.objects.count() == 3
+    assert "4 beat entries for tenant acme: 4 unchanged" in second
+    assert Job.objects.count() == 4
+    assert Job.objects.get(pk=poll_job.pk).interval_anchor == poll_job.interval_anchor
+
+
+def test_import_beat_turns_an_interval_once_imported_as_cron_into_an_interval_job(
+    tenant, redis_client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        import_beat("examples.billing.celery:app", "--tenant", "acme")
+    # What an earlier Chrono made of timedelta(minutes=15): a clock-aligned cron.
+    Job.objects.filter(idempotency_key="beat:billing:refresh-rates").update(
+        cron_expression="*/15 * * * *", interval_ms=None, interval_anchor=None)
+
+    line = line_of(import_beat("examples.billing.celery:app", "--tenant", "acme"),
+                   "refresh-rates")
+    assert line.startswith("updated") and "cron_expression" in line and "interval_ms" in line
+    job = Job.objects.get(idempotency_key="beat:billing:refresh-rates")
+    assert (job.cron_expression, job.interval_ms) == (None, 15 * 60_000)
+    assert job.next_run_at > timezone.now()
 
 
 def test_import_beat_reads_routes_time_zone_and_reports_ignored_options(tenant, redis_client):
@@ -417,7 +439,7 @@ def test_import_beat_reads_routes_time_zone_and_reports_ignored_options(tenant, 
     assert '"0 7 * * *" in America/New_York (crontab in America/New_York), queue reports' \
         in report
     assert "ignored options: expires (Chrono routes by queue name only)" in report
-    assert '"*/20 * * * * *" in UTC' in line_of(output, "heartbeat -> legacy.ping")
+    assert "every 20 seconds in UTC" in line_of(output, "heartbeat -> legacy.ping")
     first_monday = line_of(output, "first-monday")
     assert first_monday.startswith("skipped")
     assert "both day_of_month (1-7) and day_of_week (1) are restricted" in first_monday
@@ -438,7 +460,7 @@ def test_import_beat_updates_a_job_whose_entry_changed(tenant, redis_client):
 def test_import_beat_dry_run_writes_nothing(tenant, redis_client):
     output = import_beat("examples.billing.celery:app", "--dry-run")
     assert line_of(output, "close-day").startswith("would create")
-    assert "3 would create, 1 skipped" in output
+    assert "4 would create" in output
     assert not Job.objects.exists()
 
 

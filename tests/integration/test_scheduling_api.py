@@ -97,8 +97,8 @@ def test_configure_changes_how_occurrences_run_and_keeps_max_retries_in_step(
 @pytest.mark.parametrize(
     ("kwargs", "field", "message"),
     [
-        ({"jitter_ms": 5}, "jitter_ms", "applies to cron jobs only"),
-        ({"overlap": "allow"}, "overlap", "applies to cron jobs only"),
+        ({"jitter_ms": 5}, "jitter_ms", "applies to cron and interval jobs only"),
+        ({"overlap": "allow"}, "overlap", "applies to cron and interval jobs only"),
         ({"timeouts_ms": (2_000, 2_000)}, "soft_timeout_ms", "below hard_timeout_ms"),
     ],
 )

@@ -69,15 +69,33 @@ def test_an_interval_no_cron_fires_at_exactly_is_refused_with_what_to_use(second
         assert "1, 2, 3, 4, 5, 6, 10, 12, 15, 20 or 30 s" in str(refused.value)
 
 
-def test_intervals_are_evaluated_in_utc_whatever_the_app_time_zone():
+def test_intervals_become_interval_jobs_of_elapsed_time_whatever_the_app_time_zone():
     translation = translate_schedule(timedelta(minutes=15), app_timezone="Europe/Paris")
-    assert (translation.cron, translation.timezone) == ("*/15 * * * *", "UTC")
-    assert translation.note == "every 15 min, aligned to the clock in UTC"
+    assert (translation.cron, translation.interval_ms, translation.timezone) == (
+        None, 15 * 60_000, "UTC")
+    assert translation.note == "every 15 min of elapsed time"
+
+
+@pytest.mark.parametrize(("value", "period_ms"), [
+    (timedelta(seconds=7), 7_000), (timedelta(minutes=45), 2_700_000),
+    (timedelta(days=2), 172_800_000), (1.5, 1_500),
+])
+def test_intervals_no_cron_can_express_translate_too(value, period_ms):
+    assert translate_schedule(value, app_timezone="UTC").interval_ms == period_ms
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (0.5, "use a period from 1000 ms"), (timedelta(days=400), "366 days"),
+    (0, "use a positive interval"),
+])
+def test_intervals_out_of_bounds_are_refused_with_the_bounds(value, says):
+    with pytest.raises(UntranslatableSchedule, match=says):
+        translate_schedule(value, app_timezone="UTC")
 
 
 def test_celery_interval_schedule_objects_and_plain_numbers_translate_alike():
     for value in (schedule(run_every=timedelta(seconds=10)), timedelta(seconds=10), 10, 10.0):
-        assert translate_schedule(value, app_timezone="UTC").cron == "*/10 * * * * *"
+        assert translate_schedule(value, app_timezone="UTC").interval_ms == 10_000
 
 
 @pytest.mark.parametrize(
@@ -208,7 +226,7 @@ def test_entry_options_chrono_does_not_apply_are_listed():
         ({"task": "t", "schedule": 60, "args": "abc"}, "'args' is a str; use a list or tuple"),
         ({"task": "t", "schedule": 60, "kwargs": [1]}, "'kwargs' is a list; use a dict"),
         ({"task": "t", "schedule": 60, "options": "q"}, "'options' is a str; use a dict"),
-        ({"task": "t", "schedule": 7}, "every 7 s does not divide a minute"),
+        ({"task": "t", "schedule": 0.2}, "use a period from 1000 ms (a second)"),
         ("t", "the entry is a str, not a dict"),
     ],
 )

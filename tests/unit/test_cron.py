@@ -333,6 +333,12 @@ def test_macro_names_are_case_insensitive() -> None:
         "@weekly",
         "@monthly",
         "@yearly",
+        # Debian's entry.c: a step without a leading '*' is still a fixed-time field.
+        "0 1-5/2 * * *",
+        "5/15 2 * * *",
+        "0 0-10/2 * * SUN",
+        "54-55/3 0-3 * * *",
+        "H H * * *",
     ],
 )
 def test_minute_and_hour_without_star_or_step_make_a_fixed_time_job(expression: str) -> None:
@@ -345,14 +351,13 @@ def test_minute_and_hour_without_star_or_step_make_a_fixed_time_job(expression: 
         "0 * * * *",
         "*/15 * * * *",
         "0 */2 * * *",
-        "0 1-5/2 * * *",
-        "5/15 2 * * *",
         "* 2 * * *",
+        "H * * * *",
         "0 0 * * * *",
         "@hourly",
     ],
 )
-def test_star_or_step_in_minute_or_hour_makes_a_wildcard_job(expression: str) -> None:
+def test_leading_star_in_minute_or_hour_makes_a_wildcard_job(expression: str) -> None:
     assert parse_cron(expression).fixed_time is False
 
 
@@ -1165,10 +1170,10 @@ def test_macro_followed_by_fields_is_rejected() -> None:
             "minute",
             "minute field '?' uses '?', which only day-of-month and day-of-week",
         ),
-        ("0 0 L * *", "day_of_month", "non-standard cron extension (L, W, # or H)"),
-        ("0 0 15W * *", "day_of_month", "non-standard cron extension"),
-        ("0 0 * * 5#3", "day_of_week", "non-standard cron extension"),
-        ("H * * * *", "minute", "non-standard cron extension"),
+        ("0 L * * *", "hour", "L, LW, L-n and nW go in day-of-month"),
+        ("0 0 * 5W *", "month", "uses L, W, # or H where it does not belong"),
+        ("0 0 1,L * *", "day_of_month", "Quartz allows 'L' and 'W' only on their own"),
+        ("0 0 * * 1,5L", "day_of_week", "Quartz allows 'L' and '#' only on their own"),
         ("0 0 1-? * *", "day_of_month", "uses '?'"),
     ],
 )

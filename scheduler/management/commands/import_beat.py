@@ -26,6 +26,7 @@ from scheduler.declared_jobs import (
     sync_cron_job,
 )
 from scheduler.errors import SchedulerError
+from scheduler.intervals import describe_period
 
 DRY_RUN_WORDS = {SyncOutcome.CREATED: "would create", SyncOutcome.UPDATED: "would update"}
 
@@ -87,6 +88,7 @@ class Command(BaseCommand):
                 idempotency_key=idempotency_key(prefix, name),
                 task_name=translated.task_name,
                 cron=translated.cron,
+                interval_ms=translated.interval_ms,
                 timezone=translated.timezone,
                 queue=translated.queue,
                 args=translated.args,
@@ -105,7 +107,9 @@ class Command(BaseCommand):
         word = result.outcome.value
         if dry_run:
             word = DRY_RUN_WORDS.get(result.outcome, word)
-        line = (f"{word:<12} {label}: \"{job.cron_expression}\" in {job.timezone} "
+        when = (f"\"{job.cron_expression}\"" if job.cron_expression else
+                f"every {describe_period(job.interval_ms)}")
+        line = (f"{word:<12} {label}: {when} in {job.timezone} "
                 f"({translated.note}), queue {job.queue}")
         if not (dry_run and result.outcome is SyncOutcome.CREATED):
             line += f", job {job.job_id}"

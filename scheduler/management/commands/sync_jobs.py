@@ -20,6 +20,7 @@ from scheduler.app_loading import AppNotFound, import_task_modules
 from scheduler.declared_jobs import SyncOutcome, default_tenant, resolve_tenant, sync_cron_job
 from scheduler.decorators import declared_tasks
 from scheduler.errors import SchedulerError
+from scheduler.intervals import describe_period
 
 DRY_RUN_WORDS = {SyncOutcome.CREATED: "would create", SyncOutcome.UPDATED: "would update"}
 
@@ -97,7 +98,9 @@ class Command(BaseCommand):
         job = result.job
         word = DRY_RUN_WORDS.get(result.outcome, result.outcome.value) if dry_run else \
             result.outcome.value
-        line = (f"{word:<12} {name}: \"{job.cron_expression}\" in {job.timezone}, "
+        when = (f"\"{job.cron_expression}\"" if job.cron_expression else
+                f"every {describe_period(job.interval_ms)}")
+        line = (f"{word:<12} {name}: {when} in {job.timezone}, "
                 f"queue {job.queue}, tenant {tenant.slug}")
         if not (dry_run and result.outcome is SyncOutcome.CREATED):
             line += f", job {job.job_id}"
