@@ -203,8 +203,9 @@ class SpoolReader:
 
     def _segments(self) -> list[_Segment]:
         try:
-            entries = sorted(e for e in os.scandir(self.directory)
-                             if e.name.endswith(SEGMENT_SUFFIX) and not e.name.startswith("."))
+            entries = sorted((e for e in os.scandir(self.directory)
+                              if e.name.endswith(SEGMENT_SUFFIX) and not e.name.startswith(".")),
+                             key=lambda e: e.name)
         except FileNotFoundError:
             return []
         segments = []
