@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from chronocore.config import ChronoConfig
 
 log = logging.getLogger("chrono.logs")
+_failure_log = logging.getLogger("chrono.task")
 
 # Loggers whose records from threads other than the task's are the platform's, not the task's.
 PLATFORM_LOGGERS = ("chrono", "celery", "kombu", "amqp", "billiard", "django.db", "urllib3")
@@ -320,6 +321,19 @@ def flush() -> None:
     """Write what waits now (a worker process's shutdown)."""
     if _handler is not None:
         _handler.buffer.close()
+
+
+def note_failure(task_name: str, exc: BaseException) -> None:
+    """End the running attempt's log with the exception that ends it (logger ``chrono.task``;
+    Celery logs it only after the task returned, outside the attempt). Handed to the routing
+    handler itself: Chrono's loggers do not propagate to the root logger."""
+    if _handler is None:
+        return
+    record = _failure_log.makeRecord(
+        _failure_log.name, logging.ERROR, __file__, 0, "%s raised %s: %s",
+        (task_name, type(exc).__qualname__, exc), (type(exc), exc, exc.__traceback__),
+        "note_failure")
+    _handler.handle(record)
 
 
 def installed() -> RoutingHandler | None:

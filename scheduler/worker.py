@@ -54,8 +54,6 @@ from scheduler.retry import RetryPolicy
 from scheduler.timers import timer_store
 
 log = logging.getLogger("chrono.worker")
-# The line that ends a failed attempt's log (the platform's own name, in the task's context).
-task_log = logging.getLogger("chrono.task")
 T = TypeVar("T")
 RECORD_ATTEMPTS = 3
 
@@ -202,8 +200,7 @@ class ChronoTask(Task):
             except Exception as exc:
                 # Celery logs the failure after the task returned, outside the attempt: the
                 # attempt's log ends with it here.
-                task_log.error("%s raised %s: %s", self.name, type(exc).__qualname__, exc,
-                               exc_info=True)
+                log_capture.note_failure(self.name, exc)
                 raise
 
     def _after_failure(
