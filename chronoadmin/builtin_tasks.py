@@ -56,6 +56,20 @@ def counted_sleep(self, seconds: float = 1.0) -> float:
     return seconds
 
 
+bench_log = logging.getLogger("chrono_bench.task")
+
+
+@app.task(name="chrono.bench.log_lines")
+def log_lines(lines: int = 10, line_bytes: int = 200) -> int:
+    """Logs ``lines`` INFO lines of about ``line_bytes`` characters each (logger
+    ``chrono_bench.task``), the last one saying so: ``chrono bench logs`` times their way to
+    the search engine."""
+    filler = "x" * max(0, line_bytes - 40)
+    for number in range(1, lines):
+        bench_log.info("line %d of %d %s", number, lines, filler)
+    bench_log.info("line %d of %d (last) %s", lines, lines, filler)
+    return lines
+
 
 @app.task(name="chrono.start_workflow", bind=True)
 def start_workflow(self, workflow: str, run_input: object = None,

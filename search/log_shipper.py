@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("chrono.logs")
 
 LOCK_NAME = "shipper.lock"
+# Written by a shipper that stopped cleanly (everything it sent was answered and committed), so
+# its successor need not look its first batch up.
+CLEAN_STOP_NAME = "shipper.clean-stop"
 STATS_LOG_INTERVAL_S = 30.0
 MIN_BACKOFF_S = 0.2
 STANDBY_RETRY_S = 5.0
@@ -130,6 +133,11 @@ class LogShipper:
             backoff_s = MIN_BACKOFF_S
             if report.read == 0:
                 self._stopping.wait(self.config.log_shipper_poll_interval_ms / 1000)
+        if self._lock_fd is not None:
+            # Every request this shipper made was answered (a failed one raised, and a batch
+            # not committed leaves the next start in doubt only if the file is not written).
+            if not self.in_doubt:
+                (self.spool_dir / CLEAN_STOP_NAME).touch()
         self._release_lock()
         log.info("log shipper stopped: %s", self.counters.summary())
 
@@ -225,6 +233,10 @@ class LogShipper:
             log.info("another log shipper ships %s; standing by", self.spool_dir)
             return False
         self._lock_fd = fd
+        marker = self.spool_dir / CLEAN_STOP_NAME
+        if marker.exists():
+            marker.unlink()
+            self.in_doubt = False  # the predecessor stopped with nothing unanswered
         return True
 
     def _release_lock(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from chronocore.config import get_config
+from localservices.processes import wait_until
 from scheduler import api, log_capture
 from scheduler.models import Execution, ExecutionStatus
 from search.client import SearchClient
@@ -237,3 +239,28 @@ def test_the_execution_admin_page_shows_its_lines_with_their_attempt(
     assert "first attempt&#x27;s line" not in second_only
     refused = staff.get(url, {"log_level": "loud"}).content.decode()
     assert "log_level" in refused
+
+
+def test_a_shipper_that_stopped_cleanly_spares_its_successor_the_lookup(
+        spool, log_stream, search_client, tenant):
+    execution = make_execution(tenant)
+    run_attempt(execution, 1, "shipped before a clean stop")
+    first = shipper_of(spool, log_stream)
+    assert first.in_doubt, "a shipper starts in doubt: its predecessor may have died"
+    runner = threading.Thread(target=first.run)
+    runner.start()
+    query = {"term": {"chrono.execution_id": str(execution.execution_id)}}
+
+    def shipped() -> bool:
+        search_client.refresh(log_stream.name)
+        return search_client.count(log_stream.name, query) == 1
+
+    assert wait_until(shipped, timeout_s=30)
+    first.stop()
+    runner.join(10)
+    second = shipper_of(spool, log_stream)
+    assert second._hold_lock() and not second.in_doubt
+    second._release_lock()
+    killed = shipper_of(spool, log_stream)  # no clean stop since: in doubt again
+    assert killed._hold_lock() and killed.in_doubt
+    killed._release_lock()
