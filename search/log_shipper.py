@@ -237,6 +237,11 @@ class LogShipper:
         if marker.exists():
             marker.unlink()
             self.in_doubt = False  # the predecessor stopped with nothing unanswered
+        elif self.reader.pending_bytes() == 0:
+            # A predecessor can only have sent lines that were in the spool; none is
+            # uncommitted, so nothing it sent is in doubt (and the first lines written from
+            # now on do not wait for the grace).
+            self.in_doubt = False
         return True
 
     def _release_lock(self) -> None:

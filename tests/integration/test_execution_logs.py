@@ -241,7 +241,7 @@ def test_the_execution_admin_page_shows_its_lines_with_their_attempt(
     assert "log_level" in refused
 
 
-def test_a_shipper_that_stopped_cleanly_spares_its_successor_the_lookup(
+def test_a_shipper_is_in_doubt_at_its_start_only_after_an_unclean_stop_with_lines_pending(
         spool, log_stream, search_client, tenant):
     execution = make_execution(tenant)
     run_attempt(execution, 1, "shipped before a clean stop")
@@ -261,6 +261,13 @@ def test_a_shipper_that_stopped_cleanly_spares_its_successor_the_lookup(
     second = shipper_of(spool, log_stream)
     assert second._hold_lock() and not second.in_doubt
     second._release_lock()
-    killed = shipper_of(spool, log_stream)  # no clean stop since: in doubt again
+    # No clean stop since (as after a kill), and lines not committed: in doubt again.
+    run_attempt(execution, 2, "pending at the next start")
+    killed = shipper_of(spool, log_stream)
     assert killed._hold_lock() and killed.in_doubt
     killed._release_lock()
+    # With nothing pending nothing a predecessor sent can be in doubt.
+    assert ship(spool, log_stream, search_client) == 1
+    empty = shipper_of(spool, log_stream)
+    assert empty._hold_lock() and not empty.in_doubt
+    empty._release_lock()
