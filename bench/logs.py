@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import tempfile
 import time
 import uuid
@@ -89,6 +90,7 @@ def run(argv: list[str]) -> dict[str, object]:
         except SearchError:
             pass
         client.close()
+        shutil.rmtree(spool, ignore_errors=True)
     return {
         "bench": "logs",
         "machine": machine(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -28,14 +29,12 @@ LOG_ENV = {"execution_log_flush_interval_ms": FLUSH_MS, "audit_index_replicas": 
 
 
 @pytest.fixture
-def logs_platform(platform, audit_stream, search_client, tmp_path):
+def logs_platform(platform, audit_stream, search_client):
     """Beat, indexer (audit and logs) and a spool directory the workers share with it."""
-    spool = tmp_path / "spool"
-    LOG_ENV["execution_log_spool_dir"] = str(spool)
+    spool = Path(platform.group.env["CHRONO_EXECUTION_LOG_SPOOL_DIR"])  # the test's own
     platform.start_beat()
     platform.group.start("indexer", ["indexer"], env={
-        "CHRONO_EXECUTION_LOG_SPOOL_DIR": str(spool), "CHRONO_LOG_SHIPPER_POLL_INTERVAL_MS": "50",
-        "CHRONO_INDEXER_IN_DOUBT_GRACE_MS": "200"})
+        "CHRONO_LOG_SHIPPER_POLL_INTERVAL_MS": "50", "CHRONO_INDEXER_IN_DOUBT_GRACE_MS": "200"})
     stream = LogStream(audit_stream.namespace)
     platform.log_stream, platform.spool = stream, spool
     yield platform
