@@ -16,6 +16,7 @@ role; a failure's traceback is for platform staff only, as in the REST API.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -30,7 +31,12 @@ from scheduler import api
 from scheduler.errors import JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
-from search.api import SearchEngineUnavailable, run_log_search, run_search
+from search.api import (
+    HIDDEN_FROM_TENANTS,
+    SearchEngineUnavailable,
+    run_log_search,
+    run_search,
+)
 from search.log_queries import parse_log_query
 from search.log_stream import LEVELS as LOG_LEVELS
 from search.queries import InvalidAuditQuery, parse_audit_query
@@ -227,7 +233,7 @@ def audit_rows(filters: dict[str, str], tenant_id) -> tuple[list[dict[str, objec
     ], ""
 
 
-def execution_log_lines(execution: Execution, params) -> dict[str, object]:
+def execution_log_lines(execution: Execution, params, *, platform: bool) -> dict[str, object]:
     """One page of the execution's log lines for its admin page (``log_attempt``,
     ``log_level``, ``log_q`` and ``log_cursor`` filter and page it, as ``attempt``, ``level``,
     ``q`` and ``cursor`` do the API's), with the reason there are none when the engine did not
@@ -238,6 +244,8 @@ def execution_log_lines(execution: Execution, params) -> dict[str, object]:
         query = parse_log_query(filters, execution_id=str(execution.execution_id),
                                 tenant_id=str(execution.tenant_id),
                                 default_page_size=LOG_LINES_SHOWN, max_page_size=LOG_LINES_SHOWN)
+        if not platform:  # a tenant's staff: stack traces are for platform staff
+            query = replace(query, hidden_fields=HIDDEN_FROM_TENANTS)
         page = run_log_search(query, config=get_config())  # a Django view: the process edge
     except InvalidAuditQuery as exc:
         problems = "; ".join(f"log_{name}: {' '.join(errors)}"
@@ -310,7 +318,8 @@ class ExecutionAdmin(TenantScopedAdmin):
         context = dict(extra_context or {})
         if execution is not None:
             context.update(execution_attempts(execution))
-            context.update(execution_log_lines(execution, request.GET))
+            context.update(execution_log_lines(execution, request.GET,
+                                               platform=scope_of(request.user).platform))
             context["retryable"] = (execution.status in api.RETRYABLE_BY_HAND
                                     and self.may_act(request, execution.tenant_id))
         return super().change_view(request, object_id, form_url, extra_context=context)

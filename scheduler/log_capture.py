@@ -99,11 +99,16 @@ class LogBuffer:
         """Keep ``entry`` for the next flush; False (dropped) when the buffer is full."""
         if self.pending_bytes + size > self.buffer_bytes:
             return False
+        self.append(entry, size)
+        return True
+
+    def append(self, entry: tuple, size: int) -> None:
+        """Keep ``entry`` for the next flush whatever the bound (the line saying what was
+        dropped)."""
         self.pending_bytes += size
         self.entries.append(entry)
         if self._thread is None:
             self._start()
-        return True
 
     def flush(self) -> int:
         """Write what waits to the spool and fsync it; lines written."""
@@ -145,9 +150,12 @@ class LogBuffer:
         self._flush_lock = threading.Lock()
 
     def _start(self) -> None:
-        thread = threading.Thread(target=self._run, name="chrono-log-flusher", daemon=True)
-        self._thread = thread
-        thread.start()
+        with self._flush_lock:
+            if self._thread is not None:
+                return  # another thread's first line started it meanwhile
+            thread = threading.Thread(target=self._run, name="chrono-log-flusher", daemon=True)
+            self._thread = thread
+            thread.start()
 
     def _run(self) -> None:
         while True:
@@ -281,8 +289,7 @@ class RoutingHandler(logging.Handler):
         entry = (attempt_log, attempt_log.next_sequence(), time.time(), "warning", log.name,
                  message, None, threading.current_thread().name, os.getpid(), __file__, 0,
                  "closing_line", extra, len(message) + _ENTRY_OVERHEAD_BYTES)
-        self.buffer.pending_bytes += entry[-1]
-        self.buffer.entries.append(entry)
+        self.buffer.append(entry, entry[-1])
 
 
 _handler: RoutingHandler | None = None

@@ -50,6 +50,9 @@ class LogQuery:
     before: datetime | None = None
     page_size: int = 100
     search_after: tuple[int, int] | None = None
+    # Left out of the answer: a tenant's read leaves out stack traces (paths into the servers'
+    # directories, Chrono's own frames), as the execution's traceback is for platform staff.
+    hidden_fields: tuple[str, ...] = ()
 
     def body(self) -> dict[str, Any]:
         filters: list[dict[str, Any]] = [{"term": {"chrono.execution_id": self.execution_id}}]
@@ -79,6 +82,8 @@ class LogQuery:
         }
         if self.search_after is not None:
             body["search_after"] = list(self.search_after)
+        if self.hidden_fields:
+            body["_source"] = {"excludes": list(self.hidden_fields)}
         return body
 
 

@@ -7,6 +7,7 @@ one job writer (:mod:`scheduler.job_writer`: a create here, bulk through
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from django.db.models import QuerySet
 from django.http import Http404
@@ -56,7 +57,7 @@ from scheduler import api as scheduler_api
 from scheduler import job_writer
 from scheduler.errors import ExecutionNotRetryable
 from scheduler.models import Execution, Job, JobStatus
-from search.api import run_log_search
+from search.api import HIDDEN_FROM_TENANTS, run_log_search
 from search.errors import InvalidAuditQuery
 from search.log_queries import parse_log_query
 from search.log_stream import LEVELS as LOG_LEVELS
@@ -351,7 +352,7 @@ class ExecutionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantV
                 max_page_size=config.api_max_page_size)
         except InvalidAuditQuery as exc:
             raise ValidationError(exc.errors) from None
-        page = run_log_search(query, config=config)
+        page = run_log_search(replace(query, hidden_fields=HIDDEN_FROM_TENANTS), config=config)
         return Response({
             "execution_id": str(execution.execution_id),
             "status": execution.status,

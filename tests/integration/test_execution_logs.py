@@ -17,6 +17,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from chronocore.config import get_config
+from chronocore.models import StaffRole
+from chronocore.staff import add_member
 from localservices.processes import wait_until
 from scheduler import api, log_capture
 from scheduler.models import Execution, ExecutionStatus
@@ -109,7 +111,8 @@ def test_a_tasks_lines_are_read_back_under_its_execution_and_attempt_in_order(
         (1, 1, "starting"), (1, 2, "charging the card"), (1, 3, "charging failed"),
         (2, 1, "starting again"), (2, 2, "charged")]
     failure = body["results"][2]
-    assert failure["level"] == "error" and failure["error"]["type"] == "builtins.ValueError"
+    assert failure["level"] == "error" and failure["error"] == {
+        "type": "builtins.ValueError", "message": "card declined"}, "no stack trace for tenants"
     assert body["results"][0]["logger"] == "tests.task"
 
     only_second = logs(tenant_api, execution, attempt=2).json()["results"]
@@ -222,7 +225,7 @@ def test_lines_the_engine_did_not_take_stay_in_the_spool_until_it_does(
 
 
 def test_the_execution_admin_page_shows_its_lines_with_their_attempt(
-        spool, log_stream, search_client, tenant, redis_client):
+        spool, log_stream, search_client, tenant, other_tenant, redis_client):
     execution = make_execution(tenant)
     run_attempt(execution, 1, "first attempt's line", fail=True)
     run_attempt(execution, 2, "second attempt's line")
@@ -239,6 +242,24 @@ def test_the_execution_admin_page_shows_its_lines_with_their_attempt(
     assert "first attempt&#x27;s line" not in second_only
     refused = staff.get(url, {"log_level": "loud"}).content.decode()
     assert "log_level" in refused
+
+    # A tenant's staff see their execution's lines, the failure's type and message, not its
+    # stack trace (paths of the servers, Chrono's frames); another tenant's staff see nothing.
+    own_staff = Client()
+    user = User.objects.create_user("acme-ops", password="x", is_staff=True)
+    add_member(user, tenant, StaffRole.VIEWER)
+    own_staff.force_login(user)
+    page = own_staff.get(url).content.decode()
+    assert "first attempt&#x27;s line" in page and "charging failed" in page
+    assert "Traceback" not in page
+    assert "Traceback" in staff.get(url).content.decode()
+    stranger = Client()
+    user = User.objects.create_user("globex-ops", password="x", is_staff=True)
+    add_member(user, other_tenant, StaffRole.ADMIN)
+    stranger.force_login(user)
+    answer = stranger.get(url)
+    assert answer.status_code in (302, 404)
+    assert "first attempt" not in answer.content.decode()
 
 
 def test_a_shipper_is_in_doubt_at_its_start_only_after_an_unclean_stop_with_lines_pending(
