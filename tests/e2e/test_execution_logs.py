@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from chronocore.models import ApiKey
 from scheduler import api
 from scheduler.models import Job
-from search.log_stream import LogStream
+from search.log_stream import LogStream, uninstall
 from tests.helpers import wait_for
 
 pytest_plugins = ["tests.integration.audit_fixtures"]
@@ -38,7 +38,7 @@ def logs_platform(platform, audit_stream, search_client):
     stream = LogStream(audit_stream.namespace)
     platform.log_stream, platform.spool = stream, spool
     yield platform
-    search_client.delete_data_stream(stream.name)
+    uninstall(search_client, stream)
 
 
 def lines_of(search_client, stream: LogStream, execution_id) -> list[dict]:
