@@ -12,8 +12,15 @@ import os
 import time
 
 from celery import Celery
+from celery.concurrency.solo import TaskPool as SoloTaskPool
 from celery.concurrency.thread import TaskPool as ThreadTaskPool
-from celery.signals import task_prerun, worker_process_init, worker_ready
+from celery.signals import (
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chronoadmin.settings")
@@ -99,10 +106,16 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
     # The worker's process, once its consumer is up. A thread pool's tasks run in it: its
     # recording connections open now, not while the first jobs wait (a prefork child opens
     # its own below).
-    if isinstance(getattr(sender, "pool", None), ThreadTaskPool):
+    pool = getattr(sender, "pool", None)
+    if isinstance(pool, ThreadTaskPool | SoloTaskPool):
+        from scheduler import log_capture
         from scheduler.worker import connect_recording
 
         connect_recording()
+        # Tasks run in this process: their log records are captured here (a solo pool runs
+        # one at a time, so every thread's records are its task's, as in a prefork child).
+        if log_capture.install_for(get_config()) and isinstance(pool, SoloTaskPool):
+            log_capture.capture_process_wide()
     # Every worker advances workflow runs as their steps end (see workflows.engine), unless the
     # deployment runs `chrono workflow-engine` processes for it.
     if get_config().workflow_engine_in_worker:
@@ -114,8 +127,21 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
 
 @worker_process_init.connect
 def _prepare_pool_child(**_: object) -> None:
-    # Each prefork child, once initialised.
+    # Each prefork child, once initialised. It runs one task at a time: every thread's log
+    # records while it runs are that task's.
+    from scheduler import log_capture
     from scheduler.worker import connect_recording
 
     connect_recording()
+    if log_capture.install_for(get_config()):
+        log_capture.capture_process_wide()
     freeze_startup_heap()
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _flush_execution_logs(**_: object) -> None:
+    # What the last tasks logged since the last flush, written before the process goes.
+    from scheduler import log_capture
+
+    log_capture.flush()

@@ -31,6 +31,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_BROKER_URL = "amqp://127.0.0.1:5672//"
 DEFAULT_SEARCH_URL = "http://127.0.0.1:9200"
 URL_FIELDS = ("database_url", "redis_url", "broker_url", "search_url")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,10 +160,36 @@ class ChronoConfig:
     # they were sent, so that a bulk request the engine was still executing has finished.
     indexer_in_doubt_grace_ms: int = 5_000
 
+    # Execution logs (docs/logs.md). What a task logs while it runs is captured by the worker
+    # integration into a per-process memory buffer, appended to a spool file every
+    # execution_log_flush_interval_ms (and fsynced then), and shipped from the spool by the
+    # indexer to logs-chrono.execution-<audit_namespace>. A worker killed with SIGKILL loses at
+    # most the lines of its last flush interval. The spool directory (empty: <data_dir>/
+    # log-spool) must be one the workers and the indexer of one host share.
+    execution_logs_enabled: bool = True
+    execution_log_level: str = "INFO"
+    execution_log_spool_dir: str = ""
+    execution_log_flush_interval_ms: int = 1_000
+    # Per execution attempt: lines beyond this many bytes are dropped and counted (a closing
+    # line says how many); per process: what waits for the next flush, beyond which lines are
+    # dropped and counted the same way; one line's message is cut at execution_log_line_bytes.
+    execution_log_max_bytes: int = 1024 * 1024
+    execution_log_buffer_bytes: int = 16 * 1024 * 1024
+    execution_log_line_bytes: int = 16 * 1024
+    # A worker process starts a new spool segment past this size; shipped segments are deleted.
+    execution_log_segment_bytes: int = 64 * 1024 * 1024
+    log_shipper_batch_bytes: int = 4 * 1024 * 1024
+    log_shipper_poll_interval_ms: int = 200
+
     @property
     def credentials_path(self) -> Path:
         """The credentials file the URLs were completed from (it need not exist)."""
         return _credentials_file(self.data_dir, self.credentials_file)
+
+    @property
+    def log_spool_path(self) -> Path:
+        """The directory of the execution-log spool files (``execution_log_spool_dir``)."""
+        return Path(self.execution_log_spool_dir or Path(self.data_dir) / "log-spool")
 
     def service_urls(self) -> dict[str, str]:
         """``{"database": DATABASE_URL, "redis": …, "broker": …, "search": …}``."""
@@ -208,6 +235,13 @@ class ChronoConfig:
             ("indexer_poll_interval_ms", 10),
             ("indexer_max_backoff_ms", 100),
             ("indexer_in_doubt_grace_ms", 0),
+            ("execution_log_flush_interval_ms", 10),
+            ("execution_log_max_bytes", 1_024),
+            ("execution_log_buffer_bytes", 64 * 1024),
+            ("execution_log_line_bytes", 256),
+            ("execution_log_segment_bytes", 64 * 1024),
+            ("log_shipper_batch_bytes", 64 * 1024),
+            ("log_shipper_poll_interval_ms", 10),
             ("undelivered_flag_after_ms", 1_000),
             ("undelivered_check_interval_ms", 100),
             ("metrics_port", 0),
@@ -221,6 +255,10 @@ class ChronoConfig:
                 f"CHRONO_AUDIT_NAMESPACE={self.audit_namespace!r} must be 1 to 64 lowercase "
                 "letters, digits or underscores (it ends the data stream's name)"
             )
+        if self.execution_log_level.upper() not in LOG_LEVELS:
+            raise ConfigError(
+                f"CHRONO_EXECUTION_LOG_LEVEL={self.execution_log_level!r} must be one of "
+                f"{', '.join(LOG_LEVELS)}")
         if self.metrics_port > 65_535:
             raise ConfigError(f"CHRONO_METRICS_PORT={self.metrics_port} is not a TCP port "
                               "(0 to 65535; 0 serves none)")

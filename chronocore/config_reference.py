@@ -45,6 +45,11 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "audit_namespace", "audit_retention_days", "audit_index_shards", "audit_index_replicas",
         "audit_outbox_keep_hours", "indexer_batch_size", "indexer_poll_interval_ms",
         "indexer_max_backoff_ms", "indexer_in_doubt_grace_ms")),
+    ("Execution logs (docs/logs.md)", (
+        "execution_logs_enabled", "execution_log_level", "execution_log_spool_dir",
+        "execution_log_flush_interval_ms", "execution_log_max_bytes",
+        "execution_log_buffer_bytes", "execution_log_line_bytes", "execution_log_segment_bytes",
+        "log_shipper_batch_bytes", "log_shipper_poll_interval_ms")),
     ("Tests", ("test_database_name", "test_redis_db")),
 )
 
@@ -158,6 +163,22 @@ DESCRIPTIONS: dict[str, str] = {
     "engine fails.",
     "indexer_in_doubt_grace_ms": "Rows sent without a known answer are looked up in the search "
     "engine no sooner than this after they were sent.",
+    "execution_logs_enabled": "Whether workers capture what their tasks log (0: no capture, "
+    "nothing shipped).",
+    "execution_log_level": "The lowest level of a task's log line that is captured (a logger "
+    "set higher creates no record below it).",
+    "execution_log_spool_dir": "Where a host's workers write their log lines and its shipper "
+    "(`chrono indexer`) reads them; shared by both (empty: `<data_dir>/log-spool`).",
+    "execution_log_flush_interval_ms": "How often a worker process writes and fsyncs its lines "
+    "to the spool: what a SIGKILL of it loses at most.",
+    "execution_log_max_bytes": "The most an attempt keeps of its lines; what goes over is "
+    "dropped and counted on its last line.",
+    "execution_log_buffer_bytes": "The most a worker process holds waiting for the next flush; "
+    "what goes over is dropped and counted.",
+    "execution_log_line_bytes": "A line's message is cut at this many characters.",
+    "execution_log_segment_bytes": "A worker process starts a new spool file past this size.",
+    "log_shipper_batch_bytes": "Spool bytes per `_bulk` request of the log shipper.",
+    "log_shipper_poll_interval_ms": "How often an idle log shipper looks for new lines.",
     "test_database_name": "The database Django's test runner creates (one per test session "
     "on a shared machine).",
     "test_redis_db": "The Redis database the tests use and flush.",

@@ -16,6 +16,7 @@ role; a failure's traceback is for platform staff only, as in the REST API.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -31,7 +32,14 @@ from scheduler.errors import JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
 from scheduler.intervals import describe_period
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
-from search.api import SearchEngineUnavailable, run_search
+from search.api import (
+    HIDDEN_FROM_TENANTS,
+    SearchEngineUnavailable,
+    run_log_search,
+    run_search,
+)
+from search.log_queries import parse_log_query
+from search.log_stream import LEVELS as LOG_LEVELS
 from search.queries import InvalidAuditQuery, parse_audit_query
 
 FIRE_TIMES_SHOWN = 10
@@ -213,6 +221,9 @@ def job_page_context(request: HttpRequest, job: Job) -> dict[str, object]:
     }
 
 
+LOG_LINES_SHOWN = 500
+
+
 def audit_rows(filters: dict[str, str], tenant_id) -> tuple[list[dict[str, object]], str]:
     """Audit events matching ``filters`` of one tenant, newest first, from the search engine, as
     the admin's tables show them; with the reason there are none when it did not answer."""
@@ -230,6 +241,37 @@ def audit_rows(filters: dict[str, str], tenant_id) -> tuple[list[dict[str, objec
          "actor": d.get("chrono", {}).get("actor", ""), "message": d.get("message", "")}
         for d in documents
     ], ""
+
+
+def execution_log_lines(execution: Execution, params, *, platform: bool) -> dict[str, object]:
+    """One page of the execution's log lines for its admin page (``log_attempt``,
+    ``log_level``, ``log_q`` and ``log_cursor`` filter and page it, as ``attempt``, ``level``,
+    ``q`` and ``cursor`` do the API's), with the reason there are none when the engine did not
+    answer or a filter is wrong."""
+    filters = {name.removeprefix("log_"): value for name, value in params.items()
+               if name in ("log_attempt", "log_level", "log_q", "log_cursor")}
+    try:
+        query = parse_log_query(filters, execution_id=str(execution.execution_id),
+                                tenant_id=str(execution.tenant_id),
+                                default_page_size=LOG_LINES_SHOWN, max_page_size=LOG_LINES_SHOWN)
+        if not platform:  # a tenant's staff: stack traces are for platform staff
+            query = replace(query, hidden_fields=HIDDEN_FROM_TENANTS)
+        page = run_log_search(query, config=get_config())  # a Django view: the process edge
+    except InvalidAuditQuery as exc:
+        problems = "; ".join(f"log_{name}: {' '.join(errors)}"
+                             for name, errors in exc.errors.items())
+        return {"log_lines": [], "log_error": problems, "log_filters": filters,
+                "log_levels": LOG_LEVELS}
+    except SearchEngineUnavailable as exc:
+        return {"log_lines": [], "log_error": str(exc.detail), "log_filters": filters,
+                "log_levels": LOG_LEVELS}
+    next_link = ""
+    if page.next_cursor:
+        following = params.copy()
+        following["log_cursor"] = page.next_cursor
+        next_link = f"?{following.urlencode()}#execution-logs"
+    return {"log_lines": page.lines, "log_error": "", "log_total": page.total,
+            "log_next": next_link, "log_filters": filters, "log_levels": LOG_LEVELS}
 
 
 def job_history(job: Job) -> dict[str, object]:
@@ -286,6 +328,8 @@ class ExecutionAdmin(TenantScopedAdmin):
         context = dict(extra_context or {})
         if execution is not None:
             context.update(execution_attempts(execution))
+            context.update(execution_log_lines(execution, request.GET,
+                                               platform=scope_of(request.user).platform))
             context["retryable"] = (execution.status in api.RETRYABLE_BY_HAND
                                     and self.may_act(request, execution.tenant_id))
         return super().change_view(request, object_id, form_url, extra_context=context)

@@ -32,7 +32,7 @@ from django.db import DatabaseError, connection
 
 from chronocore import grants
 from chronocore.config import ChronoConfig, get_config
-from scheduler import metrics, rollups
+from scheduler import log_capture, metrics, rollups
 from scheduler.attempts import (
     end_attempt,
     fail_ungranted_task,
@@ -158,7 +158,7 @@ class ChronoTask(Task):
         keeper = lease_keeper(settings.config)
         keeper.hold(execution_id, started.fencing_token)
         try:
-            result = super().__call__(*args, **kwargs)
+            result = self._run_body(request, tenant_id, args, kwargs)
         except Exception as exc:
             keeper.release(execution_id)
             failed_ms = now_ms()
@@ -183,6 +183,25 @@ class ChronoTask(Task):
             log.warning("result of %s refused by the fencing check", execution_id)
         metrics.count_outcome("succeeded" if recorded else "refused")
         return result
+
+    def _run_body(self, request: StartRequest, tenant_id: str, args: tuple, kwargs: dict
+                  ) -> object:
+        """The task's body, its log records captured under its attempt when the worker
+        captures execution logs (:mod:`scheduler.log_capture`)."""
+        if log_capture.installed() is None:
+            return super().__call__(*args, **kwargs)
+        attempt_log = log_capture.AttemptLog(
+            tenant_id=tenant_id, job_id=str(getattr(self.request, "chrono_job_id", "") or ""),
+            execution_id=str(request.execution_id), attempt=request.attempt,
+            worker_id=request.worker_id, job_type=self.name)
+        with log_capture.capturing(attempt_log):
+            try:
+                return super().__call__(*args, **kwargs)
+            except Exception as exc:
+                # Celery logs the failure after the task returned, outside the attempt: the
+                # attempt's log ends with it here.
+                log_capture.note_failure(self.name, exc)
+                raise
 
     def _after_failure(
         self, started: StartedExecution, exc: Exception, settings: WorkerRuntime

@@ -28,6 +28,8 @@ from search.audit import ACTIONS
 from search.client import SearchClient
 from search.errors import SearchNotFound, SearchRequestError, SearchUnavailable
 from search.index_template import AuditStream
+from search.log_queries import LogPage, LogQuery, read_log_page
+from search.log_stream import LogStream
 from search.queries import (
     OUTCOMES,
     AuditPage,
@@ -78,6 +80,24 @@ def run_search(query: AuditQuery, *, config: ChronoConfig, counts: bool = False)
         log.error("the engine refused an audit search: %s", exc)
         raise SearchEngineUnavailable("The search engine refused the query.") from None
     return read_page(query, reply)
+
+
+def run_log_search(query: LogQuery, *, config: ChronoConfig) -> LogPage:
+    """One page of an execution's log lines from the execution-log data stream ``config``
+    names; raises :class:`SearchEngineUnavailable`."""
+    stream = LogStream.from_config(config)
+    try:
+        reply = search_client(config).search(stream.name, query.body())
+    except SearchNotFound:
+        reply = {}  # no line shipped yet: the shipper creates the stream at its start
+    except SearchUnavailable as exc:
+        log.warning("log search failed, engine unavailable: %s", exc)
+        raise SearchEngineUnavailable(
+            "The search engine holding execution logs did not answer; retry shortly.") from None
+    except SearchRequestError as exc:
+        log.error("the engine refused a log search: %s", exc)
+        raise SearchEngineUnavailable("The search engine refused the query.") from None
+    return read_log_page(query, reply)
 
 
 _PARAMETERS = [

@@ -302,12 +302,25 @@ class SearchClient:
         current write index: after a rollover, the new backing index does not know the old ids.
         ``refresh`` is ``True``, ``False`` or ``"wait_for"``.
         """
+        return self.bulk_create_raw(
+            target, ((str(doc_id), _dumps(source)) for doc_id, source in documents),
+            refresh=refresh)
+
+    def bulk_create_raw(
+        self,
+        target: str,
+        documents: Iterable[tuple[str, bytes]],
+        *,
+        refresh: bool | str = False,
+    ) -> BulkResult:
+        """:meth:`bulk_create` of documents already encoded as JSON (one line each, as the
+        execution-log spool holds them: the shipper sends them without decoding them)."""
         ids: list[str] = []
         lines: list[bytes] = []
         for doc_id, source in documents:
-            ids.append(str(doc_id))
-            lines.append(_dumps({"create": {"_id": str(doc_id)}}))
-            lines.append(_dumps(source))
+            ids.append(doc_id)
+            lines.append(_dumps({"create": {"_id": doc_id}}))
+            lines.append(source)
         if not ids:
             return BulkResult(items=(), took_ms=0)
         params = {"filter_path": BULK_FILTER_PATH, "refresh": _refresh_param(refresh)}

@@ -52,7 +52,7 @@ def saved_objects(flavour: str) -> list[dict[str, Any]]:
                        query="event.outcome : \"failure\""),
         _dashboard(flavour),
     ]
-    return [_versioned(obj, flavour) for obj in objects]
+    return [versioned(obj, flavour) for obj in objects]
 
 
 def ndjson(flavour: str) -> str:
@@ -62,9 +62,12 @@ def ndjson(flavour: str) -> str:
 
 
 def write_files() -> None:
+    from search import log_saved_objects  # beside the audit's: one command writes both
+
     KIBANA_DIR.mkdir(exist_ok=True)
     for flavour, path in FILES.items():
         path.write_text(ndjson(flavour))
+    log_saved_objects.write_files()
 
 
 # ------------------------------------------------------------------------------------- objects
@@ -94,8 +97,8 @@ def _search_source(query: str = "") -> dict[str, Any]:
     })}
 
 
-def _index_reference() -> list[dict[str, str]]:
-    return [{"id": DATA_VIEW_ID, "name": INDEX_REF, "type": "index-pattern"}]
+def _index_reference(data_view_id: str = DATA_VIEW_ID) -> list[dict[str, str]]:
+    return [{"id": data_view_id, "name": INDEX_REF, "type": "index-pattern"}]
 
 
 def _saved_search() -> dict[str, Any]:
@@ -156,7 +159,8 @@ def _failures() -> dict[str, Any]:
 
 
 def _visualization(
-    vis_id: str, title: str, vis_state: dict[str, Any], *, query: str = ""
+    vis_id: str, title: str, vis_state: dict[str, Any], *, query: str = "",
+    data_view_id: str = DATA_VIEW_ID,
 ) -> dict[str, Any]:
     return {
         "id": vis_id,
@@ -169,17 +173,31 @@ def _visualization(
             "version": 1,
             "kibanaSavedObjectMeta": _search_source(query),
         },
-        "references": _index_reference(),
+        "references": _index_reference(data_view_id),
     }
 
 
 def _dashboard(flavour: str) -> dict[str, Any]:
-    panels_spec = [
-        ("visualization", BY_ACTION_ID, {"x": 0, "y": 0, "w": 32, "h": 14}),
-        ("visualization", BY_OUTCOME_ID, {"x": 32, "y": 0, "w": 16, "h": 14}),
-        ("visualization", FAILURES_ID, {"x": 0, "y": 14, "w": 48, "h": 12}),
-        ("search", SEARCH_ID, {"x": 0, "y": 26, "w": 48, "h": 24}),
-    ]
+    return dashboard(
+        flavour,
+        dashboard_id=DASHBOARD_ID,
+        title="Chrono audit",
+        description="What happened to jobs, executions and workers: counts by action and "
+                    "outcome, failures by job type, and the events themselves.",
+        panels_spec=[
+            ("visualization", BY_ACTION_ID, {"x": 0, "y": 0, "w": 32, "h": 14}),
+            ("visualization", BY_OUTCOME_ID, {"x": 32, "y": 0, "w": 16, "h": 14}),
+            ("visualization", FAILURES_ID, {"x": 0, "y": 14, "w": 48, "h": 12}),
+            ("search", SEARCH_ID, {"x": 0, "y": 26, "w": 48, "h": 24}),
+        ],
+    )
+
+
+def dashboard(
+    flavour: str, *, dashboard_id: str, title: str, description: str,
+    panels_spec: list[tuple[str, str, dict[str, int]]],
+) -> dict[str, Any]:
+    """A dashboard of ``panels_spec`` (kind, object id, grid position) in ``flavour``."""
     panels, references = [], []
     for number, (kind, object_id, grid) in enumerate(panels_spec, start=1):
         index = str(number)
@@ -194,12 +212,11 @@ def _dashboard(flavour: str) -> dict[str, Any]:
             references.append({"id": object_id, "name": ref_name, "type": kind})
         panels.append(panel)
     return {
-        "id": DASHBOARD_ID,
+        "id": dashboard_id,
         "type": "dashboard",
         "attributes": {
-            "title": "Chrono audit",
-            "description": "What happened to jobs, executions and workers: counts by action and "
-                           "outcome, failures by job type, and the events themselves.",
+            "title": title,
+            "description": description,
             "panelsJSON": json.dumps(panels),
             "optionsJSON": json.dumps({"useMargins": True, "hidePanelTitles": False}),
             "timeRestore": True,
@@ -214,7 +231,7 @@ def _dashboard(flavour: str) -> dict[str, Any]:
     }
 
 
-def _versioned(obj: dict[str, Any], flavour: str) -> dict[str, Any]:
+def versioned(obj: dict[str, Any], flavour: str) -> dict[str, Any]:
     if flavour == "kibana":
         return {**obj, "coreMigrationVersion": _KIBANA_CORE,
                 "typeMigrationVersion": _KIBANA_TYPES[obj["type"]], "managed": False}

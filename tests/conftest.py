@@ -12,7 +12,10 @@ file, and the processes the fixtures start read it themselves.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +32,10 @@ def _test_redis_url() -> str:
 
 
 os.environ["REDIS_URL"] = _test_redis_url()
+# Execution logs: the processes the tests start write and ship a spool of the run's own, not the
+# installation's ($CHRONO_DATA_DIR/log-spool, which a demo's indexer on this machine ships).
+os.environ["CHRONO_EXECUTION_LOG_SPOOL_DIR"] = tempfile.mkdtemp(prefix="chrono-test-spool-")
+atexit.register(shutil.rmtree, os.environ["CHRONO_EXECUTION_LOG_SPOOL_DIR"], ignore_errors=True)
 # Django's settings read the config before this module ran; what runs while tests are collected
 # (the schema fuzz fetches the schema, which the anonymous rate limit counts in Redis) must use
 # the tests' Redis database too, not the one of a demo on the same server.
@@ -191,6 +198,7 @@ def platform(transactional_db, redis_client, tmp_path):
             "DATABASE_URL": test_database_url,
             "REDIS_URL": os.environ["REDIS_URL"],
             "CHRONO_DEFAULT_QUEUE": queue,
+            "CHRONO_EXECUTION_LOG_SPOOL_DIR": str(tmp_path / "spool"),
         },
         log_dir=tmp_path / "logs",
     )

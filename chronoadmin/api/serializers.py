@@ -14,6 +14,7 @@ from drf_spectacular.utils import (
     extend_schema_serializer,
 )
 from rest_framework import serializers
+from rest_framework.reverse import reverse
 
 from chronoadmin.api.errors import RequestTooLarge
 from chronocore.grants import pattern_problem
@@ -326,16 +327,26 @@ class BulkResultSerializer(serializers.Serializer):
     errors = BulkErrorSerializer(many=True)
 
 
-class BlankAsNullURLField(serializers.URLField):
-    """A URL that may be unset: stored as "", shown as null (an empty string is no URI)."""
+class ExecutionLogsURLField(serializers.URLField):
+    """Where the execution's log lines are read: ``GET /api/v1/executions/{id}/logs/`` (the
+    column ``logs_url`` stays empty: the link follows from the id, and writing it would cost an
+    update of every execution; a URL set there, an external log store's, is shown instead)."""
 
-    def to_representation(self, value: str) -> str | None:
-        return value or None
+    def get_attribute(self, instance: Execution) -> Execution:
+        return instance
+
+    def to_representation(self, execution: Execution) -> str:
+        if execution.logs_url:
+            return execution.logs_url
+        path = reverse("execution-logs", kwargs={"execution_id": execution.execution_id})
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request is not None else path
 
 
 class ExecutionSerializer(serializers.ModelSerializer):
     job_id = serializers.UUIDField(read_only=True)
-    logs_url = BlankAsNullURLField(read_only=True, allow_null=True)
+    logs_url = ExecutionLogsURLField(read_only=True, help_text=(
+        "The execution's log lines: GET on it with the same API key (docs/logs.md)."))
 
     class Meta:
         model = Execution

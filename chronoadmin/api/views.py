@@ -6,9 +6,13 @@ one job writer (:mod:`scheduler.job_writer`: a create here, bulk through
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
+
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone as dj_timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -53,6 +57,43 @@ from scheduler import api as scheduler_api
 from scheduler import job_writer
 from scheduler.errors import ExecutionNotRetryable
 from scheduler.models import Execution, Job, JobStatus
+from search.api import HIDDEN_FROM_TENANTS, run_log_search
+from search.errors import InvalidAuditQuery
+from search.log_queries import parse_log_query
+from search.log_stream import LEVELS as LOG_LEVELS
+
+LOG_PARAMETERS = [
+    OpenApiParameter("attempt", OpenApiTypes.INT, description="Only this attempt's lines."),
+    OpenApiParameter("level", OpenApiTypes.STR, enum=list(LOG_LEVELS),
+                     description="Lines at this level and above."),
+    OpenApiParameter("q", OpenApiTypes.STR, description=(
+        "Words to find in the message, the error or the logger's name (simple query syntax: "
+        "\"quoted phrase\", -exclude, prefix*).")),
+    OpenApiParameter("after", OpenApiTypes.DATETIME,
+                     description="Lines logged at or after this time (ISO 8601)."),
+    OpenApiParameter("before", OpenApiTypes.DATETIME,
+                     description="Lines logged before this time (ISO 8601)."),
+    OpenApiParameter("page_size", OpenApiTypes.INT),
+    OpenApiParameter("cursor", OpenApiTypes.STR,
+                     description="From the previous page's next, or its follow."),
+]
+LOG_PAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "execution_id": {"type": "string", "format": "uuid"},
+        "status": {"type": "string", "description": "The execution's status now."},
+        "attempt": {"type": "integer", "description": "The execution's current attempt."},
+        "count": {"type": "integer", "description": "Lines matching the filters."},
+        "next": {"type": "string", "format": "uri", "nullable": True},
+        "follow": {"type": "string", "format": "uri", "nullable": True, "description": (
+            "Ask this again later for the lines logged after this page (null: no line yet "
+            "and no cursor given).")},
+        "results": {"type": "array", "items": {"type": "object", "additionalProperties": True,
+                    "description": "timestamp, attempt, sequence, level, logger, message, "
+                                   "error, thread, worker_id (and dropped_lines, dropped_bytes "
+                                   "on the line saying what was dropped)."}},
+    },
+}
 
 IDEMPOTENCY_PARAMETER = OpenApiParameter(
     IDEMPOTENCY_HEADER, {"type": "string", "minLength": 1, "maxLength": 200,
@@ -287,7 +328,62 @@ class ExecutionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantV
         except ExecutionNotRetryable as exc:
             raise Conflict(str(exc)) from None
         execution.refresh_from_db()
-        return Response(ExecutionSerializer(execution).data)
+        return Response(ExecutionSerializer(execution, context={"request": request}).data)
+
+
+    @extend_schema(
+        operation_id="executions_logs",
+        parameters=LOG_PARAMETERS,
+        responses={200: OpenApiResponse(LOG_PAGE_SCHEMA), 503: OpenApiResponse(
+            description="The search engine did not answer.")},
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def logs(self, request: Request, execution_id: str) -> Response:
+        """The execution's log lines (what its task logged while it ran, every attempt), in the
+        order they were logged; ``follow`` is the cursor to ask again with for lines written
+        since (a running execution)."""
+        execution = _tenant_execution(self.get_queryset(), execution_id)
+        config = get_config()
+        try:
+            query = parse_log_query(
+                request.query_params, execution_id=str(execution.execution_id),
+                tenant_id=str(self.tenant.tenant_id),
+                default_page_size=config.api_default_page_size,
+                max_page_size=config.api_max_page_size)
+        except InvalidAuditQuery as exc:
+            raise ValidationError(exc.errors) from None
+        page = run_log_search(replace(query, hidden_fields=HIDDEN_FROM_TENANTS), config=config)
+        return Response({
+            "execution_id": str(execution.execution_id),
+            "status": execution.status,
+            "attempt": execution.attempt,
+            "count": page.total,
+            "next": _with_cursor(request, page.next_cursor),
+            "follow": _with_cursor(request, page.follow_cursor),
+            "results": page.lines,
+        })
+
+
+def _tenant_execution(queryset: QuerySet[Execution], execution_id: str) -> Execution:
+    """The execution ``execution_id`` among ``queryset`` (the tenant's): 404 otherwise, as for an
+    id that does not exist."""
+    try:
+        key = uuid.UUID(str(execution_id))
+    except ValueError:
+        raise NotFound("No execution with this id.") from None
+    execution = queryset.filter(execution_id=key).only(
+        "execution_id", "status", "attempt", "tenant_id").first()
+    if execution is None:
+        raise NotFound("No execution with this id.")
+    return execution
+
+
+def _with_cursor(request: Request, cursor: str | None) -> str | None:
+    if not cursor:
+        return None
+    params = request.query_params.copy()
+    params["cursor"] = cursor
+    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
 
 
 class PlatformViewSet(ChronoViewSet):

@@ -66,3 +66,33 @@ def sleep(self, seconds: float = 1.0) -> float:
     execution_id = getattr(self.request, "chrono_execution_id", None) or self.request.id
     _redis().hincrby(RUNS_KEY, execution_id, 1)
     return seconds
+
+
+@app.task(name="e2e.log_lines", bind=True)
+def log_lines(self, label: str = "", count: int = 5, pause_s: float = 0.0,
+              fail_attempts: int = 0, hang_s: float = 0.0) -> int:
+    """Logs ``count`` lines "<label> line <i> of attempt <n>" (``pause_s`` apart, from logger
+    ``e2e.app``, one from a thread it starts, one printed), fails its first ``fail_attempts``
+    attempts after logging, and sleeps ``hang_s`` at the end (a worker to kill mid-task)."""
+    import logging
+    import threading
+
+    logger = logging.getLogger("e2e.app")
+    attempt = int(getattr(self.request, "chrono_attempt", 1) or 1)
+    for i in range(count):
+        logger.info("%s line %d of attempt %d", label, i, attempt)
+        if pause_s:
+            time.sleep(pause_s)
+    worker = threading.Thread(
+        target=lambda: logging.getLogger("e2e.thread").warning(
+            "%s from a thread of attempt %d", label, attempt))
+    worker.start()
+    worker.join()
+    print(f"{label} printed by attempt {attempt}")
+    if attempt <= fail_attempts:
+        raise RuntimeError(f"{label} fails attempt {attempt}")
+    if hang_s:
+        logger.info("%s hangs for %.1f s", label, hang_s)
+        time.sleep(hang_s)
+        logger.info("%s woke up", label)
+    return count

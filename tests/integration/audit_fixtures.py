@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from chronocore.config import get_config
+from search import log_stream
 from search.client import SearchClient
 from search.index_template import AuditStream, install, uninstall
 from search.indexer import Indexer
@@ -37,6 +38,8 @@ def audit_stream(search_client):
     install(search_client, get_config(), stream)
     yield stream
     uninstall(search_client, stream)
+    # The execution logs of the session's namespace, which any indexer it started shipped.
+    log_stream.uninstall(search_client, log_stream.LogStream(namespace))
     for name, value in saved.items():
         if value is None:
             os.environ.pop(name, None)
