@@ -202,3 +202,77 @@ def test_make_env_compose_generates_every_password(tmp_path):
                               "CHRONO_METRICS_BEARER_TOKEN"}
     assert len(set(generated.values())) == len(generated)
     assert all(len(value) >= 80 for value in generated.values())
+
+
+RUN_UNIT = REPO_ROOT / "deploy" / "run-unit"
+
+
+def _units_with_env_dir(tmp_path: Path, environment: dict[str, str]) -> Path:
+    """The units with /etc/chrono/ moved to a scratch directory holding ``environment`` as
+    chrono.env, and the installed `chrono` replaced by this checkout's."""
+    directory = _units_for_this_machine(tmp_path)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "chrono.env").write_text("".join(f"{k}={v}\n" for k, v in environment.items()))
+    for unit in directory.iterdir():
+        unit.write_text(unit.read_text().replace("/etc/chrono/", f"{etc}/"))
+    return directory
+
+
+def _dry_run(unit: Path, *instance: str) -> dict:
+    import json
+
+    result = subprocess.run([sys.executable, str(RUN_UNIT), "--dry-run", str(unit), *instance],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_run_unit_applies_the_units_environment_specifiers_and_process_settings(tmp_path):
+    directory = _units_with_env_dir(tmp_path, {"WORKER_ARGS": "--pool threads -c 8",
+                                               "WEB_BIND": "0.0.0.0:8080"})
+    (tmp_path / "etc" / "worker-billing.env").write_text("CHRONO_METRICS_PORT=9105\n")
+    chrono = str(Path(sys.prefix) / "bin" / "chrono")
+    worker = _dry_run(directory / "chrono-worker@.service", "billing")
+    host = os.uname().nodename
+    assert worker["commands"] == [[chrono, "worker", "--queues", "billing", "--hostname",
+                                   f"billing@{host}", "--pool", "threads", "-c", "8"]]
+    assert worker["environment"]["CHRONO_METRICS_PORT"] == "9105"
+    assert (worker["User"], worker["CPUAffinity"]) == ("chrono", "1-1023")
+    web = _dry_run(directory / "chrono-web.service")
+    # The file's WEB_BIND wins over the unit's Environment= default; WEB_ARGS keeps it.
+    assert web["commands"] == [[chrono, "web", "0.0.0.0:8080", "--workers", "2", "--threads",
+                                "4"]]
+    beat = _dry_run(directory / "chrono-beat@.service", "2")
+    assert beat["commands"] == [[chrono, "beat", "--replica-id", f"{host}-2"]]
+    assert "CHRONO_METRICS_PORT" not in beat["environment"]  # no beat-2.env: none
+    refused = subprocess.run([sys.executable, str(RUN_UNIT), "--dry-run",
+                              str(directory / "chrono-beat@.service")],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "is a template: give the instance" in refused.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_unit_runs_the_deploy_step_migrate_then_collectstatic(tmp_path):
+    from django.db import connection
+
+    environment = _read_env_for_test_database(tmp_path, connection.settings_dict["NAME"])
+    directory = _units_with_env_dir(tmp_path, environment)
+    result = subprocess.run([sys.executable, str(RUN_UNIT), str(directory /
+                                                                "chrono-migrate.service")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No migrations to apply" in result.stdout
+    assert (tmp_path / "static" / "staticfiles.json").exists()  # the manifest the web needs
+
+
+def _read_env_for_test_database(tmp_path: Path, database: str) -> dict[str, str]:
+    """make-env's file for this machine's services and the tests' database."""
+    output = tmp_path / "generated.env"
+    result = _make_env("systemd", "--output", str(output), "--allowed-hosts", "chrono.test",
+                       "--from-credentials", str(get_config().credentials_path),
+                       "--database-name", database, "--redis-db",
+                       str(load_config().test_redis_db), "--static-root",
+                       str(tmp_path / "static"))
+    assert result.returncode == 0, result.stderr
+    return _read_env(output)
