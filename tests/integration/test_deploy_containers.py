@@ -46,7 +46,7 @@ def _chrono_services() -> dict[str, dict]:
 
 
 def _parse_chrono_command(argv: list[str]) -> None:
-    from django.core.management import get_commands, load_command_class
+    from django.core.management import CommandError, get_commands, load_command_class
 
     command, *arguments = argv
     name = command.replace("-", "_")
@@ -55,7 +55,7 @@ def _parse_chrono_command(argv: list[str]) -> None:
     parser = load_command_class(commands[name], name).create_parser("chrono", name)
     try:
         parser.parse_args(arguments)
-    except SystemExit:
+    except (SystemExit, CommandError):
         pytest.fail(f"`chrono {' '.join(argv)}` is refused by its parser")
 
 
