@@ -151,7 +151,7 @@ def test_long_running_units_restart_and_the_beat_keeps_a_core_the_workers_leave_
 
 def _read_env(path: Path) -> dict[str, str]:
     lines = [line for line in path.read_text().splitlines() if line and not line[0] == "#"]
-    return dict(line.split("=", 1) for line in lines)
+    return {name: value.strip('"') for name, value in (line.split("=", 1) for line in lines)}
 
 
 def _make_env(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -285,3 +285,21 @@ def _read_env_for_test_database(tmp_path: Path, database: str) -> dict[str, str]
                        str(tmp_path / "static"))
     assert result.returncode == 0, result.stderr
     return _read_env(output)
+
+
+def test_a_value_with_spaces_reads_the_same_in_systemd_and_in_a_shell(tmp_path, services_up):
+    """docs/production.md loads the file both ways: EnvironmentFile= (here run-unit, which
+    reads it as systemd does) and `set -a; . /etc/chrono/chrono.env` before a command."""
+    output = tmp_path / "chrono.env"
+    args = "--pool threads --concurrency 64 --include billing.tasks"
+    assert _make_env("systemd", "--output", str(output), "--allowed-hosts", "a.test,b.test",
+                     "--from-credentials", str(get_config().credentials_path),
+                     "--worker-args", args).returncode == 0
+    assert f'WORKER_ARGS="{args}"' in output.read_text()
+    shell = subprocess.run(["bash", "-c", f'set -a; . {output}; set +a; printf %s "$WORKER_ARGS"'],
+                           capture_output=True, text=True, timeout=30)
+    assert (shell.returncode, shell.stdout, shell.stderr) == (0, args, "")
+    directory = _units_with_env_dir(tmp_path, {})
+    (tmp_path / "etc" / "chrono.env").write_text(output.read_text())
+    worker = _dry_run(directory / "chrono-worker@.service", "billing")
+    assert worker["commands"][0][-6:] == args.split()
