@@ -121,7 +121,7 @@ USE_TZ = True
 FORMAT_MODULE_PATH = ["chronoadmin.formats"]
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".chrono" / "static"
+STATIC_ROOT = Path(CHRONO.static_root) if CHRONO.static_root else BASE_DIR / ".chrono" / "static"
 # Development and the demo serve static files straight from the apps (no collectstatic step);
 # production settings serve the collected, fingerprinted copies instead.
 WHITENOISE_USE_FINDERS = True

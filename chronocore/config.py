@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from chronocore.credentials import (
     DEFAULT_DATA_DIR,
@@ -50,6 +50,10 @@ class ChronoConfig:
     secret_key: str = "chrono-dev-insecure-secret-key-change-me-in-production-0123456789"
     debug: bool = False
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    # Where `chrono collectstatic` writes the static files the web process serves (empty:
+    # .chrono/static beside the code; a deployment gives a directory of its own, e.g.
+    # /var/lib/chrono/static, since an installed package's directory is no place for them).
+    static_root: str = ""
 
     # Workflows: every worker's main process runs the engine's listener unless this is off, for
     # deployments that run `chrono workflow-engine` processes instead (a listener among a
@@ -379,12 +383,30 @@ def get_config() -> ChronoConfig:
     return load_config()
 
 
+# libpq connection parameters a DATABASE_URL may carry in its query string
+# (``?sslmode=verify-full&sslrootcert=/etc/chrono/db-ca.pem``): TLS, time-outs, fail-over.
+DATABASE_URL_OPTIONS = frozenset({
+    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslpassword", "sslcompression",
+    "sslsni", "ssl_min_protocol_version", "ssl_max_protocol_version", "gssencmode",
+    "channel_binding", "connect_timeout", "target_session_attrs", "application_name",
+    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+    "tcp_user_timeout", "options",
+})
+
+
 def database_settings(url: str) -> dict[str, object]:
-    """Django ``DATABASES['default']`` for a ``postgresql://user:pass@host:port/name`` URL."""
+    """Django ``DATABASES['default']`` for a ``postgresql://user:pass@host:port/name[?opt=v]``
+    URL: any host, and the libpq parameters of :data:`DATABASE_URL_OPTIONS` as its query."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"DATABASE_URL must start with postgresql://, got {parts.scheme!r}")
-    return {
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if unknown := sorted(set(options) - DATABASE_URL_OPTIONS):
+        raise ConfigError(
+            f"DATABASE_URL has unknown parameters {', '.join(unknown)}: use libpq's "
+            f"({', '.join(sorted(DATABASE_URL_OPTIONS))})"
+        )
+    settings: dict[str, object] = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "chrono",
         "USER": unquote(parts.username or ""),
@@ -394,3 +416,6 @@ def database_settings(url: str) -> dict[str, object]:
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
     }
+    if options:
+        settings["OPTIONS"] = options
+    return settings

@@ -21,7 +21,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Services and credentials", (
         "database_url", "redis_url", "broker_url", "search_url", "data_dir", "credentials_file",
         "search_api_key")),
-    ("Django", ("secret_key", "debug", "allowed_hosts")),
+    ("Django", ("secret_key", "debug", "allowed_hosts", "static_root")),
     ("Timer store and beat", (
         "shard_count", "tick_ms", "lookahead_ms", "scan_interval_ms", "claim_batch_size",
         "prepare_ahead_ms", "ack_deadline_ms", "shard_lease_ttl_ms",
@@ -55,12 +55,14 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 DESCRIPTIONS: dict[str, str] = {
     "database_url": "PostgreSQL, the source of truth (`postgresql://user:password@host:port/"
-    "name`). A loopback URL without a password takes its user and password from the "
-    "credentials file.",
+    "name`), on any host; libpq's parameters go in the query (`?sslmode=verify-full&"
+    "sslrootcert=/etc/chrono/db-ca.pem`, others refused by name). A loopback URL without a "
+    "password takes its user and password from the credentials file.",
     "redis_url": "Redis: the timer store, shard leases, rate limits and quotas. Loopback "
     "without a password: completed from the credentials file.",
-    "broker_url": "RabbitMQ (`amqp://user:password@host:port/vhost`): dispatch and retry "
-    "queues. Loopback without a password: completed from the credentials file.",
+    "broker_url": "RabbitMQ (`amqp://user:password@host:port/vhost`, or `amqps://` for TLS "
+    "with the certificate verified): dispatch and retry queues. Loopback without a password: "
+    "completed from the credentials file.",
     "search_url": "Elasticsearch or OpenSearch for the audit log; a user and password may go "
     "in the URL. Loopback without a password: completed from the credentials file.",
     "data_dir": "Where `chrono services` keeps its servers' data, and where the credentials "
@@ -76,6 +78,10 @@ DESCRIPTIONS: dict[str, str] = {
     "`chronoadmin.settings_production` forces it off.",
     "allowed_hosts": "Django's `ALLOWED_HOSTS`: the host names the web process answers, "
     "comma-separated (`chrono.example.com,10.0.0.5`).",
+    "static_root": "Django's `STATIC_ROOT`: where `chrono collectstatic` writes the static "
+    "files the web process serves with production settings. Empty: `.chrono/static` beside "
+    "the code; a deployment gives a directory of its own (`/opt/chrono/static` in "
+    "docs/production.md).",
     "shard_count": "Shards of the timer store. Fixed for a deployment's life: shards move "
     "between beat replicas, they never re-hash.",
     "tick_ms": "Tick of the beat's in-memory timing wheel; at most a tenth of the look-ahead.",

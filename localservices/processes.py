@@ -96,16 +96,17 @@ class ProcessGroup:
 
     def start(
         self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-        nice: int = 0, cpus: Collection[int] | None = None,
+        nice: int = 0, cpus: Collection[int] | None = None, wrapper: Sequence[str] = (),
     ) -> ChronoProcess:
         """Start ``chrono ARGV`` as ``name``; ``nice`` lowers its CPU priority and ``cpus``
         keeps it on those cores (both for its threads and children too), e.g. a worker kept
-        off the cores of a latency-bound beat."""
+        off the cores of a latency-bound beat. ``wrapper`` is a command that execs the rest
+        in place (``ip netns exec NS``: the child keeps its pid, so signals still reach it)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         popen = subprocess.Popen(
-            [sys.executable, "-m", "chronoadmin.cli", *argv],
+            [*wrapper, sys.executable, "-m", "chronoadmin.cli", *argv],
             cwd=REPO_ROOT,
             env={**os.environ, **self.env, **(env or {}), "PYTHONUNBUFFERED": "1"},
             stdout=log_file,

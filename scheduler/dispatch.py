@@ -161,15 +161,29 @@ def _seconds(ms: int | None) -> float | None:
 
 
 def amqp_connection_params(url: str) -> dict[str, object]:
-    """py-amqp connection arguments for an ``amqp://user:pass@host:port/vhost`` URL."""
+    """py-amqp connection arguments for an ``amqp[s]://user:pass@host:port/vhost`` URL.
+
+    Any host will do (a broker on another machine, an IPv6 address in brackets); ``amqps://``
+    is TLS, verified against the system's certificate authorities, on port 5671 by default.
+    """
     parts = urlsplit(url)
+    if parts.scheme not in ("amqp", "pyamqp", "amqps"):
+        raise ValueError(f"BROKER_URL must start with amqp:// or amqps://, got {parts.scheme!r}")
+    tls = parts.scheme == "amqps"
     vhost = unquote(parts.path[1:]) if parts.path not in ("", "/") else "/"
-    return {
-        "host": f"{parts.hostname or '127.0.0.1'}:{parts.port or 5672}",
+    hostname = parts.hostname or "127.0.0.1"
+    host = f"[{hostname}]" if ":" in hostname else hostname
+    params: dict[str, object] = {
+        "host": f"{host}:{parts.port or (5671 if tls else 5672)}",
         "userid": unquote(parts.username or "guest"),
         "password": unquote(parts.password or "guest"),
         "virtual_host": vhost or "/",
     }
+    if tls:
+        # py-amqp wraps the socket with these SSLContext.wrap_socket arguments; a default
+        # context verifies the certificate and the host name.
+        params["ssl"] = {"server_hostname": hostname}
+    return params
 
 
 def retry_tier_name(tier_ms: int) -> str:
