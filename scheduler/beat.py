@@ -247,6 +247,11 @@ class Beat:
         horizon, self._burst_start_ms = self._horizon(now)
         for timer_id, _ in self.wheel.advance(horizon):
             self._pending_shards.add(self.store.shard_of(timer_id))
+        if horizon > now + self.config.prepare_ahead_ms:
+            # A burst: claim it in every owned shard, not only in those the scans brought into
+            # the wheel so far (a scan reads a part of them at a time, and none runs while the
+            # burst is prepared).
+            self._pending_shards.update(self.ownership.leases)
         if self._pending_shards:
             shards, self._pending_shards = self._pending_shards, set()
             self._prepared_at_ms = now

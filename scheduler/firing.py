@@ -53,6 +53,11 @@ RECORD_INTERVAL_S = 0.02
 # While confirms are awaited the firer reads them for at most this long before it looks at the
 # heap again (an occurrence put in for an earlier time than the next is noticed that late).
 POLL_MS = 2
+# Occurrences prepared early are looked at again this many times ``prepare_ahead_ms`` before
+# their fire time: the look at a burst of 10,000 takes 50-250 ms on this machine, and must be
+# over by then. A job changed later than that may still fire, as any job changed within
+# ``prepare_ahead_ms`` of its time does.
+EARLY_CHECK_FACTOR = 3
 # Messages published and not yet confirmed, at most: past it the firer waits for confirms (a
 # connection lost with them unconfirmed publishes them again).
 MAX_IN_FLIGHT = 2_000
@@ -144,8 +149,8 @@ class Firer(threading.Thread):
         self.replica_id = replica_id
         self.clock = clock
         self._heap: list[tuple[int, int, Prepared]] = []
-        # Occurrences prepared early, until their check ``check_ahead_ms`` before their fire
-        # time: (check ms, sequence, fire ms, occurrence).
+        # Occurrences prepared early, until their check ``EARLY_CHECK_FACTOR * check_ahead_ms``
+        # before their fire time: (check ms, sequence, fire ms, occurrence).
         self.check_ahead_ms = check_ahead_ms
         self._unchecked: list[tuple[int, int, int, Prepared]] = []
         self._sequence = itertools.count()
@@ -157,7 +162,7 @@ class Firer(threading.Thread):
     def put(self, due_ms: int, prepared: Prepared) -> None:
         with self._changed:
             if prepared.early:
-                check_ms = due_ms - self.check_ahead_ms
+                check_ms = due_ms - EARLY_CHECK_FACTOR * self.check_ahead_ms
                 heapq.heappush(self._unchecked, (check_ms, next(self._sequence), due_ms,
                                                  prepared))
                 if self._unchecked[0][3] is prepared:
@@ -185,24 +190,26 @@ class Firer(threading.Thread):
         if not due:
             return
         try:
-            states = occurrences.job_states([p.fired.job.job_id for _, p in due])
+            changed = occurrences.changed_jobs(
+                [(p.fired.job.job_id, p.fired.timer.fire_at_ms) for _, p in due])
         except DatabaseError as exc:
             # Publish them as prepared (what a preparation at the usual time would have done
             # a moment earlier): a burst is not held back by a failed look.
             log.warning("could not look again at %d occurrences prepared early; publishing "
                         "them as prepared: %r", len(due), exc)
             close_old_connections()
-            states = None
+            changed = {}
         withdrawn: list[tuple[Prepared, int | None]] = []
-        for due_ms, prepared in due:
-            timer = prepared.fired.timer
-            state = None if states is None else states.get(prepared.fired.job.job_id)
-            if states is None or state == (JobStatus.ACTIVE, timer.fire_at_ms):
-                prepared.early = False
-                self.put(due_ms, prepared)
-            else:
-                active = state is not None and state[0] == JobStatus.ACTIVE
-                withdrawn.append((prepared, state[1] if active else None))
+        with self._changed:
+            for due_ms, prepared in due:
+                state = changed.get(prepared.fired.job.job_id)
+                if state is None:
+                    prepared.early = False
+                    heapq.heappush(self._heap, (due_ms, next(self._sequence), prepared))
+                else:
+                    status, next_ms = state
+                    withdrawn.append((prepared, next_ms if status == JobStatus.ACTIVE else None))
+            self._changed.notify()
         if withdrawn:
             self._withdraw(withdrawn)
 

@@ -309,14 +309,22 @@ def active_executions(
         return active
 
 
-def job_states(job_ids: Sequence[str]) -> dict[str, tuple[str, int | None]]:
-    """``{job id: (status, next fire ms)}`` of the jobs that exist among ``job_ids``."""
+def changed_jobs(planned: Sequence[tuple[str, int]]) -> dict[str, tuple[str | None, int | None]]:
+    """Of the jobs of ``planned`` occurrences ``(job id, fire ms)``: those no longer ACTIVE
+    with that next fire time, as ``{job id: (status, next fire ms)}`` (``(None, None)``: the
+    job was deleted). One statement; an unchanged job costs an index probe and no row back."""
     with prepared.cursor() as cursor:
-        cursor.execute("SELECT job_id, status, next_run_at FROM chrono_job "
-                       "WHERE job_id = ANY(%s::uuid[])",
-                       [prepared.array(uuid.UUID(job_id) for job_id in job_ids)])
-        return {str(job_id): (status, None if next_run is None else datetime_to_ms(next_run))
-                for job_id, status, next_run in cursor.fetchall()}
+        cursor.execute(
+            "SELECT x.job_id::text, j.status, "
+            "(extract(epoch FROM j.next_run_at) * 1000)::bigint "
+            "FROM unnest(%s::uuid[], %s::timestamptz[]) AS x(job_id, fire_at) "
+            "LEFT JOIN chrono_job j ON j.job_id = x.job_id "
+            "WHERE j.job_id IS NULL OR j.status <> 'ACTIVE' "
+            "OR j.next_run_at IS DISTINCT FROM x.fire_at",
+            # The ids are the canonical text of UUIDs already (DueJob.job_id): no parsing.
+            ["{" + ",".join(job_id for job_id, _ in planned) + "}",
+             prepared.array(ms_to_datetime(fire_ms) for _, fire_ms in planned)])
+        return {job_id: (status, next_ms) for job_id, status, next_ms in cursor.fetchall()}
 
 
 def forget_scheduled(execution_ids: Sequence[str]) -> None:

@@ -303,7 +303,7 @@ def _early_firer(publisher, recorder) -> tuple[Firer, BeatCounters]:
 def test_occurrences_prepared_early_are_looked_at_again_and_withdrawn_if_their_job_changed(
         monkeypatch):
     """A burst prepared a second ahead: a job paused, deleted or moved meanwhile must not fire.
-    Its occurrence is looked at again prepare_ahead_ms before its time (one query for all),
+    Its occurrence is looked at again before its time (one query for all),
     its SCHEDULED row deleted and its timer acked (with the job's own next time if it moved)."""
     publisher, recorder = NotingPublisher(), NotingRecorder()
     f, counters = _early_firer(publisher, recorder)
@@ -312,12 +312,13 @@ def test_occurrences_prepared_early_are_looked_at_again_and_withdrawn_if_their_j
     looked: list[tuple[int, list[str]]] = []
     forgotten: list[str] = []
 
-    def job_states(job_ids):
-        looked.append((now_ms(), sorted(job_ids)))
-        return {"kept": ("ACTIVE", due), "paused": ("PAUSED", due),
+    def changed_jobs(planned):
+        looked.append((now_ms(), sorted(job for job, _ in planned)))
+        assert {fire for _, fire in planned} == {due}
+        return {"paused": ("PAUSED", due), "deleted": (None, None),
                 "moved": ("ACTIVE", due + 60_000)}
 
-    monkeypatch.setattr(occurrences, "job_states", job_states)
+    monkeypatch.setattr(occurrences, "changed_jobs", changed_jobs)
     monkeypatch.setattr(occurrences, "forget_scheduled", forgotten.extend)
     for name in names:
         item = prepared(due, job=name)
@@ -328,7 +329,7 @@ def test_occurrences_prepared_early_are_looked_at_again_and_withdrawn_if_their_j
     assert [fire for _, fires in publisher.batches for fire in fires] == [due]
     assert all(at >= due for at, _ in publisher.batches)
     ((at, ids),) = looked
-    assert due - 100 <= at < due and ids == sorted(names)
+    assert due - 3 * 100 <= at < due and ids == sorted(names)
     assert sorted(forgotten) == sorted(str(execution_id_for(job, due))
                                        for job in ("paused", "deleted", "moved"))
     acks = {ack.timer.timer_id: ack.next_ms for batch in recorder.batches for ack in batch.acks}
@@ -341,10 +342,10 @@ def test_occurrences_prepared_early_go_out_as_prepared_when_the_look_fails(monke
     f, counters = _early_firer(publisher, recorder)
     due = now_ms() + 250
 
-    def unreachable(job_ids):
+    def unreachable(planned):
         raise OperationalError("the database is away")
 
-    monkeypatch.setattr(occurrences, "job_states", unreachable)
+    monkeypatch.setattr(occurrences, "changed_jobs", unreachable)
     for name in ("a", "b"):
         item = prepared(due, job=name)
         item.early = True
