@@ -194,12 +194,15 @@ class TimingWheel:
         self._drop_empty_buckets_at_heap_top()
         return self._earliest_fire_in_buckets()
 
-    def due_counts(self, until_ms: int) -> list[tuple[int, int, int]]:
+    def due_counts(self, until_ms: int, *, levels: int = 2) -> list[tuple[int, int, int]]:
         """How many timers are due, and when, up to ``until_ms``: ``(from_ms, to_ms, count)``
-        for each bucket whose span begins by then (its timers fire in ``[from_ms, to_ms)``) and
-        for the timers of the current tick, earliest first. The counts are exact, the times as
-        coarse as the buckets (a level-1 bucket spans ``tick_ms * wheel_size`` ms): a forecast,
-        for the beat to see a burst coming.
+        for each bucket of the finest ``levels`` whose span begins by then (its timers fire in
+        ``[from_ms, to_ms)``) and for the timers of the current tick, earliest first. The counts
+        are exact, the times as coarse as the buckets (a level-1 bucket spans
+        ``tick_ms * wheel_size`` ms): a forecast, for the beat to see a burst coming. Coarser
+        buckets are left out: seconds wide, they would count a steady flow as a burst at their
+        beginning (the beat re-adds every timer entering its window from its scan, which
+        places it in a fine level).
 
         O(buckets in the heap), never O(timers): the heap holds only buckets with timers.
         """
@@ -210,8 +213,8 @@ class TimingWheel:
             counts.append((min(live_near), max(live_near) + 1, len(live_near)))
         for expiration_ms, level, slot in self._bucket_heap:
             bucket = self._levels[level][slot]
-            if (expiration_ms <= until_ms and bucket.expiration_ms == expiration_ms
-                    and bucket.timers):
+            if (level < levels and expiration_ms <= until_ms
+                    and bucket.expiration_ms == expiration_ms and bucket.timers):
                 counts.append((expiration_ms, expiration_ms + self._bucket_ticks_ms[level],
                                len(bucket.timers)))
         counts.sort()

@@ -762,6 +762,15 @@ def test_due_counts_forecast_how_many_timers_fall_due_and_when():
     burst = [c for c in counts if c[0] <= 1_000 < c[1]]
     assert len(burst) == 1 and burst[0][2] == 299
     assert sum(c[2] for c in counts) == 301  # "far" lies beyond until_ms
-    assert sum(c[2] for c in wheel.due_counts(until_ms=60_000)) == 302
+    assert sum(c[2] for c in wheel.due_counts(until_ms=60_000, levels=3)) == 302
     wheel.advance(1_000)
     assert sum(c[2] for c in wheel.due_counts(until_ms=2_000)) == 0
+
+
+def test_due_counts_leave_out_the_coarse_levels():
+    wheel = TimingWheel(start_ms=0, tick_ms=5, wheel_size=64)
+    for i in range(100):
+        wheel.add(f"steady-{i}", 25_000 + i * 100)  # a level-2 bucket (20.48 s wide)
+    wheel.add("near", 1_000)
+    assert [c[2] for c in wheel.due_counts(until_ms=60_000)] == [1]
+    assert sum(c[2] for c in wheel.due_counts(until_ms=60_000, levels=3)) == 101
