@@ -19,20 +19,24 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from bench.common import summarize_ms
-from bench.platform import bench_platform
+from bench.platform import bench_platform, clean_up
+from chronocore import grants
 from chronocore.config import get_config
+from chronocore.models import Tenant
 from localservices.processes import wait_until
 from scheduler import job_writer, specs
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.models import Execution
 
 MINUTE_MS = 60_000
 # Jobs are written at least this long before the first minute: the beat scans its look-ahead
 # window (2 s) ahead, and the COPY of 10,000 jobs takes under a second.
 LEAD_MS = 8_000
 CHUNK = 5_000
+OTHER_TENANT = "bench-fair"  # the second tenant of --other-tenant-jobs
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,12 +49,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="run a worker too and report start lateness (default: none, "
                         "the messages are read back from the queue)")
     parser.add_argument("--worker-concurrency", type=int, default=64)
+    parser.add_argument("--other-tenant-jobs", type=int, default=0,
+                        help="jobs of a second tenant in the same burst on the same queue "
+                        "(fairness: with --worker-pool, their start lateness is reported "
+                        "apart)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait after the last minute for every occurrence")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.minutes < 1:
-        parser.error("--jobs and --minutes must be positive")
+    if args.jobs < 1 or args.minutes < 1 or args.other_tenant_jobs < 0:
+        parser.error("--jobs and --minutes must be positive, --other-tenant-jobs not negative")
     return args
+
+
+def _other_tenant() -> Tenant:
+    tenant, _ = Tenant.objects.get_or_create(slug=OTHER_TENANT,
+                                             defaults={"name": "Benchmarks (fairness)"})
+    grants.grant(tenant, "*", "*", by="bench")
+    return tenant
 
 
 def _create_jobs(tenant_id: str, queue: str, jobs: int, cron: str) -> list[str]:
@@ -117,26 +132,41 @@ def _minute_report(fire_ms: int, expected: int, messages: list[tuple[str, int, i
     }
 
 
+def _start_lateness(rows: list[tuple], at: datetime) -> list[float]:
+    return [(started - at) / timedelta(milliseconds=1) for _, started in rows if started]
+
+
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
+    other = _other_tenant() if args.other_tenant_jobs else None
     with bench_platform("burst") as platform:
+        if other is not None:
+            clean_up(other)
         platform.start_beat("bench-beat-0")
         if args.worker_pool:
             platform.start_worker(args.worker_concurrency, args.worker_pool)
         first_ms = _first_minute_ms()
         created_at = now_ms()
         _create_jobs(str(platform.tenant.tenant_id), platform.queue, args.jobs, args.cron)
+        if other is not None:
+            _create_jobs(str(other.tenant_id), platform.queue, args.other_tenant_jobs,
+                         args.cron)
         create_s = (now_ms() - created_at) / 1000
         minutes = [first_ms + i * MINUTE_MS for i in range(args.minutes)]
         last = ms_to_datetime(minutes[-1])
         field = "started_at" if args.worker_pool else "dispatched_at"
         measured = platform.executions.filter(scheduled_for__gte=ms_to_datetime(first_ms),
                                               scheduled_for__lte=last)
+        everyone = Execution.objects.filter(scheduled_for__gte=ms_to_datetime(first_ms),
+                                            scheduled_for__lte=last,
+                                            tenant_id__in=[platform.tenant.tenant_id]
+                                            + ([other.tenant_id] if other else []))
         wait_until(lambda: now_ms() >= minutes[-1], timeout_s=(minutes[-1] - now_ms()) / 1000
                    + 30, interval_s=0.5)
         done = wait_until(
-            lambda: measured.filter(**{f"{field}__isnull": False}).count()
-            >= args.jobs * args.minutes, timeout_s=args.timeout, interval_s=0.5)
+            lambda: everyone.filter(**{f"{field}__isnull": False}).count()
+            >= (args.jobs + args.other_tenant_jobs) * args.minutes, timeout_s=args.timeout,
+            interval_s=0.5)
         # Stop the next minute's occurrences before reading back (the clean-up deletes them).
         platform.beats["bench-beat-0"].stop()
         time.sleep(0.5)
@@ -149,10 +179,21 @@ def run(argv: list[str]) -> dict[str, object]:
             confirmed = [(r[1] - at) / timedelta(milliseconds=1) for r in mine if r[1]]
             started = ([(r[2] - at) / timedelta(milliseconds=1) for r in mine if r[2]]
                        if args.worker_pool else None)
-            report = _minute_report(fire_ms, args.jobs, messages, confirmed, started)
+            expected = args.jobs + args.other_tenant_jobs
+            report = _minute_report(fire_ms, expected, messages, confirmed, started)
             if args.worker_pool:  # nothing was read back: count from the executions
                 report.update(fired=len(mine), missed=args.jobs - len(mine), duplicates=None)
+            if other is not None:
+                theirs = list(Execution.objects.for_tenant(other).filter(scheduled_for=at)
+                              .values_list("scheduled_for", "started_at"))
+                report["other_tenant"] = {
+                    "jobs": args.other_tenant_jobs, "fired": len(theirs),
+                    "start_lateness_ms": summarize_ms(_start_lateness(theirs, at))}
+                report["first_tenant_start_lateness_ms"] = summarize_ms(
+                    _start_lateness([(r[0], r[2]) for r in mine], at))
             reports.append(report)
+        if other is not None:
+            clean_up(other)
     return {
         "bench": "burst",
         "jobs": args.jobs,

@@ -99,11 +99,7 @@ def schedule_once(
                                             hard_timeout_ms, misfire)
     item = {"job_type": task_name, "name": name, **python_args.payload(args, kwargs),
             **python_args.when(delay, at), **options}
-    if queue is not None:
-        item["queue"] = queue
-    spec = _checked(item)
-    _check_idempotency_key(idempotency_key)
-    return job_writer.create(tenant_id, spec, idempotency_key=idempotency_key, by=by)
+    return _created(tenant_id, item, queue=queue, idempotency_key=idempotency_key, by=by)
 
 
 def schedule_cron(
@@ -140,11 +136,7 @@ def schedule_cron(
     item = {"job_type": task_name, "name": name, "cron_expression": cron, "timezone": timezone,
             **python_args.payload(args, kwargs), "jitter_ms": jitter_ms, "overlap_policy": overlap,
             **options}
-    if queue is not None:
-        item["queue"] = queue
-    spec = _checked(item)
-    _check_idempotency_key(idempotency_key)
-    return job_writer.create(tenant_id, spec, idempotency_key=idempotency_key, by=by)
+    return _created(tenant_id, item, queue=queue, idempotency_key=idempotency_key, by=by)
 
 
 def schedule_interval(
@@ -179,11 +171,19 @@ def schedule_interval(
                 None, retry, soft_timeout_ms, hard_timeout_ms, misfire)}
     if anchor is not None:
         item["interval_anchor"] = anchor
+    return _created(_tenant_id(tenant), item, queue=queue, idempotency_key=idempotency_key,
+                    by=by)
+
+
+def _created(tenant_id: uuid.UUID, item: dict[str, object], *, queue: str | None,
+             idempotency_key: str | None, by: str) -> Job:
+    """The job ``item`` describes (on ``queue``, or the default one), checked by every rule and
+    written by the one writer: what each ``schedule_*`` function ends with."""
     if queue is not None:
         item["queue"] = queue
     spec = _checked(item)
     _check_idempotency_key(idempotency_key)
-    return job_writer.create(_tenant_id(tenant), spec, idempotency_key=idempotency_key, by=by)
+    return job_writer.create(tenant_id, spec, idempotency_key=idempotency_key, by=by)
 
 
 def _checked(item: dict[str, object]) -> specs.JobSpec:

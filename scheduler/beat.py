@@ -43,7 +43,7 @@ from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
 from scheduler import metrics, occurrences
 from scheduler.attempts import load_waiting, mark_dispatched, policy_header
-from scheduler.bursts import PrepareRate, prepare_horizon
+from scheduler.bursts import PrepareRate, in_turns, prepare_horizon
 from scheduler.clock import now_ms
 from scheduler.cron import CronSchedule, parse_cron
 from scheduler.dispatch import Publisher, TaskMessage
@@ -448,7 +448,8 @@ class Beat:
                                acks=[Ack(t, None) for t in timers])
         drop_unsure_leases(batch, self.ownership, self.counters, self.replica_id)
         sure = {parse_retry_timer(t.timer_id)[0] for t, _ in batch.acks}
-        rows = [row for row in rows if row.execution_id in sure]
+        rows = in_turns([row for row in rows if row.execution_id in sure],
+                        lambda row: row.tenant_id)
         if rows:
             with self.counters.timed("publish"), self._publish_lock:
                 self.publisher.publish_batch([row.message(row.attempt) for row in rows])

@@ -32,6 +32,7 @@ import redis
 from django.db import DatabaseError, close_old_connections
 
 from scheduler import occurrences, rollups
+from scheduler.bursts import in_turns
 from scheduler.dispatch import Confirmation, DispatchError, EncodedMessage, Publisher
 from scheduler.lifecycle import execution_id_for
 from scheduler.models import JobStatus
@@ -108,6 +109,11 @@ class Prepared:
     fired: Fired
     messages: list[EncodedMessage]
     early: bool = False
+
+
+def fair_order(group: list[Prepared]) -> list[Prepared]:
+    """The occurrences of one batch in turns by tenant (:func:`scheduler.bursts.in_turns`)."""
+    return in_turns(group, lambda prepared: prepared.fired.job.tenant_id)
 
 
 def drop_unsure_leases(
@@ -278,11 +284,17 @@ class Firer(threading.Thread):
                 now = self.clock()
                 if (self._heap and self._heap[0][0] <= now
                         and self._in_flight_messages() < MAX_IN_FLIGHT):
-                    groups: dict[int, list[Prepared]] = {}
+                    # Grouped by the leases' values: a burst prepared slice by slice (each
+                    # with its copy of the leases) goes out as one batch.
+                    groups: dict[frozenset, list[Prepared]] = {}
+                    keys: dict[int, frozenset] = {}
                     while self._heap and self._heap[0][0] <= now:
                         prepared = heapq.heappop(self._heap)[2]
-                        groups.setdefault(id(prepared.leases), []).append(prepared)
-                    return list(groups.values())
+                        key = keys.get(id(prepared.leases))
+                        if key is None:
+                            key = keys[id(prepared.leases)] = frozenset(prepared.leases.items())
+                        groups.setdefault(key, []).append(prepared)
+                    return [fair_order(group) for group in groups.values()]
                 if self._in_flight or (self._unchecked and self._unchecked[0][0] <= now):
                     return []
                 if self._finishing and not self._heap and not self._unchecked:

@@ -8,6 +8,7 @@ from scheduler.bursts import (
     MIN_MEASURED_SLICE,
     SAFETY,
     PrepareRate,
+    in_turns,
     prepare_horizon,
 )
 
@@ -86,3 +87,10 @@ def test_a_steady_flow_is_no_burst_however_much_of_it_lies_ahead():
     assert _horizon(counts, assumed_rate=2.0) == (NOW + 100, None)
     # The same number due in one span is a burst.
     assert _horizon([(NOW + 600, NOW + 920, 2_000)], assumed_rate=2.0)[0] == NOW + 919
+
+
+def test_in_turns_interleaves_tenants_and_keeps_each_tenant_s_order():
+    items = [("a", i) for i in range(5)] + [("b", 0), ("b", 1)] + [("c", 0)]
+    assert in_turns(items, lambda item: item[0]) == [
+        ("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1), ("a", 2), ("a", 3), ("a", 4)]
+    assert in_turns(items[:5], lambda item: item[0]) == items[:5]

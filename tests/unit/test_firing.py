@@ -99,13 +99,15 @@ def firer(publisher, recorder, ownership=None) -> tuple[Firer, BeatCounters]:
 LEASES = {0: "r1|1", 1: "r1|1"}
 
 
-def prepared(fire_ms: int, *, shard: int = 0, job: str = "job") -> Prepared:
+def prepared(fire_ms: int, *, shard: int = 0, job: str = "job", tenant: str = "t",
+             leases: dict[int, str] = LEASES) -> Prepared:
     timer = ClaimedTimer(timer_id=f"{job}-{fire_ms}", fire_at_ms=fire_ms, shard=shard,
                          redelivered=False)
-    # A message that tells its fire time, to check when it went out.
-    message = SimpleNamespace(fire_ms=fire_ms, chrono_headers={})
+    # A message that tells its fire time and job, to check when and in which order it went out.
+    message = SimpleNamespace(fire_ms=fire_ms, job=job, chrono_headers={})
     encoded = SimpleNamespace(message=message)
-    return Prepared(LEASES, Fired(timer, SimpleNamespace(job_id=job), [fire_ms], None), [encoded])
+    return Prepared(leases, Fired(timer, SimpleNamespace(job_id=job, tenant_id=tenant),
+                                  [fire_ms], None), [encoded])
 
 
 def test_each_occurrence_is_published_at_its_fire_time_never_before():
@@ -353,3 +355,31 @@ def test_occurrences_prepared_early_go_out_as_prepared_when_the_look_fails(monke
     f.finish()
     assert sorted(fire for _, fires in publisher.batches for fire in fires) == [due, due]
     assert counters.withdrawn == 0
+
+
+def test_a_burst_shared_by_tenants_goes_out_in_turns_by_tenant_in_one_batch():
+    """Tenant a's 30 jobs and tenant b's 3, due at the same time and prepared in slices under
+    copies of the same leases: one batch, b's among the first six messages."""
+    publisher, recorder = NotingPublisher(), NotingRecorder()
+    sent_jobs: list[list[str]] = []
+    send = publisher.send
+
+    def noting_send(messages):
+        sent_jobs.append([m.job for m in messages])
+        return send(messages)
+
+    publisher.send = noting_send
+    f, _ = firer(publisher, recorder)
+    due = now_ms() + 150
+    for slice_start in range(0, 30, 10):  # three slices, each with its own copy of the leases
+        leases = dict(LEASES)
+        for i in range(slice_start, slice_start + 10):
+            f.put(due, prepared(due, job=f"a{i}", tenant="a", leases=leases))
+    leases = dict(LEASES)
+    for i in range(3):
+        f.put(due, prepared(due, job=f"b{i}", tenant="b", leases=leases))
+    f.finish()
+    (batch,) = sent_jobs
+    assert len(batch) == 33
+    assert batch[:6] == ["a0", "b0", "a1", "b1", "a2", "b2"]
+    assert [j for j in batch if j.startswith("a")] == [f"a{i}" for i in range(30)]
