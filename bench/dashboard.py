@@ -225,8 +225,9 @@ def _write_rollups(counts: dict[rollups.RollupKey, rollups.Counts]) -> None:
     counts.clear()
 
 
-def clean_up(tenants: list[uuid.UUID]) -> None:
-    """Delete what the set-up inserted (raw deletes: the ORM's cascade would load every id)."""
+def clean_up(tenants: list[uuid.UUID], days: float = 3.0) -> None:
+    """Delete what the set-up inserted (raw deletes: the ORM's cascade would load every id),
+    its rollups over the last ``days`` (and one more) included."""
     from django.contrib.auth.models import User
 
     from chronocore.models import Tenant
@@ -234,8 +235,10 @@ def clean_up(tenants: list[uuid.UUID]) -> None:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM chrono_execution WHERE tenant_id = ANY(%s)", [tenants])
         cursor.execute("DELETE FROM chrono_job WHERE tenant_id = ANY(%s)", [tenants])
-        cursor.execute("DELETE FROM chrono_execution_rollup WHERE starts_with(task, %s)",
-                       [TASK_PREFIX])
+        cursor.execute("DELETE FROM chrono_execution_rollup WHERE starts_with(task, %s) "
+                       "OR tenant_id = ANY(%s)", [TASK_PREFIX, tenants])
+    # The platform's all-tasks rows held the synthetic tasks' counts too.
+    rollups.rebuild_platform_task_totals(now_ms() - int((days + 1) * 86_400_000))
     Tenant.objects.filter(tenant_id__in=tenants).delete()
     User.objects.filter(username=USER).delete()
     with connection.cursor() as cursor:
@@ -372,7 +375,7 @@ def run(argv: list[str]) -> dict[str, object]:
                 scheduled_for__gte=measured_from, scheduled_for__lt=measured_to),
                 with_start=True)
         finally:
-            clean_up(tenants)
+            clean_up(tenants, args.days)
     every = [ms for values in client.latencies.values() for ms in values]
     return {
         "bench": "dashboard",

@@ -24,7 +24,7 @@ from chronoadmin.dashboard_queues import queues_panel
 from reaper.models import Worker
 from scheduler import job_counts
 from scheduler.models import Execution, ExecutionStatus
-from scheduler.rollups import ALL_TENANTS, BUCKETS, quantile_ms
+from scheduler.rollups import ALL_TASKS, ALL_TENANTS, BUCKETS, quantile_ms
 from scheduler.timers import timer_store
 
 WINDOW_MINUTES = 60
@@ -60,18 +60,20 @@ def _summed_histogram(column: str) -> str:
 
 
 # The SQL interpolates only column names and bucket subscripts (module constants).
+# The charts read the all-tasks rows (one a minute: rollups.ALL_TASKS); the sums only add up
+# the rows of a minute written before there were any (none, after an hour).
 _SERIES_SQL = f"""
 SELECT minute, sum(dispatched), sum(started), sum(succeeded), sum(failed),
        {_summed_histogram("dispatch_lateness")}, {_summed_histogram("start_lateness")}
 FROM chrono_execution_rollup
-WHERE tenant_id = %s AND minute >= %s
+WHERE tenant_id = %s AND task = %s AND minute >= %s
 GROUP BY minute ORDER BY minute
 """  # nosec B608
 
 _TASKS_SQL = f"""
 SELECT task, sum(succeeded), sum(failed), sum(duration_sum_ms), {_summed_histogram("duration")}
 FROM chrono_execution_rollup
-WHERE tenant_id = %s AND minute >= %s
+WHERE tenant_id = %s AND task <> %s AND minute >= %s
 GROUP BY task
 """  # nosec B608
 
@@ -95,7 +97,7 @@ def minute_series(tenant_id: str, now: datetime) -> list[dict]:
     happened, so the charts' time axis has no holes)."""
     minutes = _minutes(now)
     with connection.cursor() as cursor:
-        cursor.execute(_SERIES_SQL, [tenant_id, minutes[0]])
+        cursor.execute(_SERIES_SQL, [tenant_id, ALL_TASKS, minutes[0]])
         rows = {row[0]: row for row in cursor.fetchall()}
     points = []
     for minute in minutes:
@@ -116,7 +118,7 @@ def minute_series(tenant_id: str, now: datetime) -> list[dict]:
 def task_table(tenant_id: str, now: datetime) -> list[dict]:
     """Per task over the last hour: runs, failures, failure rate, duration p50/p95 and mean."""
     with connection.cursor() as cursor:
-        cursor.execute(_TASKS_SQL, [tenant_id, _minutes(now)[0]])
+        cursor.execute(_TASKS_SQL, [tenant_id, ALL_TASKS, _minutes(now)[0]])
         rows = cursor.fetchall()
     tasks = []
     for task, succeeded, failed, duration_sum, summed_durations in rows:

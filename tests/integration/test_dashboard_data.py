@@ -32,12 +32,15 @@ def _counted(tenant_id: str, at: datetime, *, task: str = "billing.charge", n: i
 def test_upserts_from_several_processes_add_up(tenant):
     _counted(str(tenant.tenant_id), NOW, n=3)
     _counted(str(tenant.tenant_id), NOW, n=2, failed=1)
-    row = ExecutionRollup.objects.get(tenant_id=tenant.tenant_id)
+    row = ExecutionRollup.objects.get(tenant_id=tenant.tenant_id, task="billing.charge")
     assert (row.dispatched, row.started, row.succeeded, row.failed) == (5, 5, 4, 1)
     assert sum(row.duration) == 5
     assert row.duration_sum_ms == 600
-    total = ExecutionRollup.objects.get(tenant_id=rollups.ALL_TENANTS)
-    assert total.dispatched == 5
+    for tenant_id, task in ((rollups.ALL_TENANTS, "billing.charge"),
+                            (tenant.tenant_id, rollups.ALL_TASKS),
+                            (rollups.ALL_TENANTS, rollups.ALL_TASKS)):
+        total = ExecutionRollup.objects.get(tenant_id=tenant_id, task=task)
+        assert (total.dispatched, total.failed, total.duration_sum_ms) == (5, 1, 600)
 
 
 def test_series_covers_the_hour_minute_by_minute_with_percentiles(tenant, other_tenant):
@@ -97,7 +100,8 @@ def test_histograms_are_summed_bucket_by_bucket_across_tasks_and_minutes(tenant)
     for task in ("a", "b"):
         merged = rollups.merge_counts(merged, rollups.Counts(
             start_lateness=list(ExecutionRollup.objects.get(
-                tenant_id=tenant_id, minute=NOW.replace(second=0), task=task).start_lateness)))
+                tenant_id=tenant_id, minute=NOW.replace(second=0, microsecond=0),
+                task=task).start_lateness)))
     assert last["started"] == 100
     assert last["start_p50_ms"] == round(rollups.quantile_ms(merged.start_lateness, 0.5), 1)
     assert last["start_p99_ms"] == round(rollups.quantile_ms(merged.start_lateness, 0.99), 1)
@@ -106,3 +110,12 @@ def test_histograms_are_summed_bucket_by_bucket_across_tasks_and_minutes(tenant)
     assert task_a["succeeded"] == 95
     assert 20_000 < task_a["duration_p95_ms"] <= 60_000  # the 5 slow runs are > 5 % of 95
     assert task_a["duration_p50_ms"] <= 200
+
+
+def test_the_platform_s_all_tasks_rows_are_rebuilt_from_its_task_rows(tenant, other_tenant):
+    _counted(str(tenant.tenant_id), NOW, n=3)
+    _counted(str(other_tenant.tenant_id), NOW, n=2, task="reports.nightly")
+    ExecutionRollup.objects.filter(task="reports.nightly").delete()  # as a bench's clean-up
+    rollups.rebuild_platform_task_totals(datetime_to_ms(NOW - timedelta(hours=1)))
+    total = ExecutionRollup.objects.get(tenant_id=rollups.ALL_TENANTS, task=rollups.ALL_TASKS)
+    assert total.dispatched == 3 and sum(total.start_lateness) == 3

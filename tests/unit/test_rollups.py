@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.rollups import (
+    ALL_TASKS,
     ALL_TENANTS,
     BUCKET_BOUNDS_MS,
     BUCKETS,
@@ -65,6 +66,9 @@ def test_counts_go_to_their_minute_tenant_and_task_and_to_the_platform_total():
     assert (later.started, later.failed, later.succeeded) == (1, 1, 0)
     assert later.duration_sum_ms == 250
     assert later.duration[bucket_of(250)] == 1
+    assert drained[(MINUTE * 10, "t1", ALL_TASKS)].dispatched == 1
+    assert drained[(MINUTE * 10, ALL_TENANTS, ALL_TASKS)].dispatched == 2
+    assert drained[(MINUTE * 11, ALL_TENANTS, ALL_TASKS)].failed == 1
     assert acc.drain() == {}, "a drain starts the counts again from zero"
 
 
@@ -75,6 +79,7 @@ def test_counts_put_back_after_a_failed_write_are_not_doubled_in_the_total():
     drained = acc.drain()
     assert drained[(0, "t1", "a")].started == 1
     assert drained[(0, ALL_TENANTS, "a")].started == 1
+    assert drained[(0, "t1", ALL_TASKS)].started == 1
 
 
 def test_counts_start_empty():
