@@ -4,6 +4,7 @@ its traceback under the request id its response carries."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -34,10 +35,9 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
         return error.code, dict(error.headers), error.read()
 
 
-@pytest.fixture
-def web(transactional_db, tmp_path):
+def _web_process(tmp_path, *options: str):
     """A `chrono web` process on a free port against the test database, with one extra view
-    that fails on purpose (tests.web_failing_urls)."""
+    that fails on purpose (tests.web_failing_urls); its group, origin and process."""
     from django.db import connection
 
     base = urlsplit(get_config().database_url)
@@ -48,7 +48,7 @@ def web(transactional_db, tmp_path):
              "DJANGO_SETTINGS_MODULE": "tests.web_failing_settings"},
         log_dir=tmp_path / "logs",
     )
-    process = group.start("web", ["web", f"127.0.0.1:{port}", "--workers", "1"])
+    process = group.start("web", ["web", f"127.0.0.1:{port}", "--workers", "1", *options])
     origin = f"http://127.0.0.1:{port}"
 
     def answering() -> bool:
@@ -58,8 +58,32 @@ def web(transactional_db, tmp_path):
             return False
 
     process.wait_until(answering, timeout_s=60, what="answering HTTP")
+    return group, origin, process
+
+
+@pytest.fixture
+def web(transactional_db, tmp_path):
+    group, origin, process = _web_process(tmp_path)
     yield origin, process
     group.stop_all()
+
+
+def test_with_log_format_json_every_line_is_a_json_object(transactional_db, tmp_path):
+    """The access lines, gunicorn's own and a 500's traceback, all one JSON object a line, as
+    every other Chrono process logs with ``--log-format json``."""
+    group, origin, process = _web_process(tmp_path, "--log-format", "json")
+    try:
+        assert _get(f"{origin}/api/v1/test-failure/")[0] == 500
+        process.wait_until(lambda: "deliberate failure" in process.log_tail(200),
+                           timeout_s=10, what="logging the failure")
+    finally:
+        group.stop_all()
+    lines = [line for line in process.log_tail(400).splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert len(records) == len(lines), [line for line in lines if not line.startswith("{")]
+    assert any("/health/" in r["message"] and r["logger"] == "gunicorn.access" for r in records)
+    failure = next(r for r in records if "deliberate failure" in json.dumps(r))
+    assert failure["level"] == "ERROR" and "exc_info" in failure
 
 
 def test_admin_pages_get_their_stylesheet_from_the_web_process(web):

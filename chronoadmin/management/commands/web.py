@@ -8,13 +8,18 @@ off, which is why the admin used to appear without its stylesheet.
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.staticfiles.storage import ManifestFilesMixin
 from django.core.files.storage import storages
 from django.core.management.base import BaseCommand, CommandError
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
+
+from chronocore import logs
 
 DEFAULT_ADDRPORT = "127.0.0.1:8000"
 DEFAULT_WORKERS = 2
@@ -48,6 +53,26 @@ class ChronoWebServer(BaseApplication):
         return application
 
 
+def gunicorn_logger(log_format: str) -> type[glogging.Logger]:
+    """Gunicorn's logger, its access and error lines in ``log_format`` (``json``: one object a
+    line, the access line its ``message``), like every other Chrono process's."""
+
+    class ChronoGunicornLogger(glogging.Logger):
+        def setup(self, cfg) -> None:
+            super().setup(cfg)
+            if log_format != "plain":
+                logs.apply_format(log_format, self.error_log, self.access_log)
+
+    return ChronoGunicornLogger
+
+
+def _worker_logging(log_level: str, log_format: str, worker: object) -> None:
+    if log_format == "plain":
+        logging.getLogger("chrono").setLevel(log_level)
+    else:
+        logs.configure(log_level, log_format)
+
+
 def check_static_files_collected() -> None:
     """With a manifest storage, refuse to start before ``collectstatic`` ran: otherwise every
     admin page would fail on its first stylesheet."""
@@ -76,8 +101,9 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
                             help="seconds before a silent worker is restarted (default "
                                  "%(default)s)")
+        logs.add_logging_arguments(parser)
 
-    def handle(self, addrport, workers, threads, timeout, **options):
+    def handle(self, addrport, workers, threads, timeout, log_level, log_format, **options):
         check_static_files_collected()
         # Whitenoise also serves STATIC_ROOT and warns in every worker when it does not exist.
         Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
@@ -93,4 +119,10 @@ class Command(BaseCommand):
             "errorlog": "-",
             "proc_name": "chrono-web",
             "access_log_format": ACCESS_LOG_FORMAT,
+            "loglevel": log_level.lower(),
+            "logger_class": gunicorn_logger(log_format),
+            # Each worker sets Django's logging up as it loads the application: the level (and
+            # a JSON format) are applied again after that; plain lines keep the settings'
+            # formats (a 500's line names its request id).
+            "post_worker_init": partial(_worker_logging, log_level, log_format),
         }).run()
