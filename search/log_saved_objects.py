@@ -23,6 +23,7 @@ from search.saved_objects import (
     _terms,
     _visualization,
     dashboard,
+    over_time_by,
     versioned,
 )
 
@@ -110,18 +111,7 @@ def _saved_search() -> dict[str, Any]:
 
 
 def _by_level() -> dict[str, Any]:
-    return {
-        "type": "histogram",
-        "params": {"type": "histogram", "addLegend": True, "addTooltip": True,
-                   "legendPosition": "right"},
-        "aggs": [
-            _count(),
-            {"id": "2", "enabled": True, "type": "date_histogram", "schema": "segment",
-             "params": {"field": "@timestamp", "interval": "auto", "min_doc_count": 1,
-                        "extended_bounds": {}}},
-            _terms("3", "log.level", "group", 5),
-        ],
-    }
+    return over_time_by("log.level", 5)
 
 
 def _loudest() -> dict[str, Any]:

@@ -125,7 +125,8 @@ def _terms(agg_id: str, field: str, schema: str, size: int) -> dict[str, Any]:
             "params": {"field": field, "size": size, "order": "desc", "orderBy": "1"}}
 
 
-def _by_action() -> dict[str, Any]:
+def over_time_by(field: str, size: int) -> dict[str, Any]:
+    """A histogram of the documents over time, split by the ``size`` commonest ``field``s."""
     return {
         "type": "histogram",
         "params": {"type": "histogram", "addLegend": True, "addTooltip": True,
@@ -135,9 +136,13 @@ def _by_action() -> dict[str, Any]:
             {"id": "2", "enabled": True, "type": "date_histogram", "schema": "segment",
              "params": {"field": "@timestamp", "interval": "auto", "min_doc_count": 1,
                         "extended_bounds": {}}},
-            _terms("3", "event.action", "group", 25),
+            _terms("3", field, "group", size),
         ],
     }
+
+
+def _by_action() -> dict[str, Any]:
+    return over_time_by("event.action", 25)
 
 
 def _by_outcome() -> dict[str, Any]:
