@@ -287,6 +287,7 @@ def job_data(job: Any) -> dict[str, Any]:
         "misfire_policy": job.misfire_policy if cron else None,
         "misfire_fire_all_limit": job.misfire_fire_all_limit if cron else None,
         "jitter_ms": (job.jitter_ms or None) if cron else None,
+        "calendars": list(getattr(job, "calendars", None) or []) or None,
     }
     return {key: value for key, value in fields.items() if value not in (None, "")}
 
