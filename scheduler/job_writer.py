@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import repeat
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import IntegrityError, connection, transaction
 
 from chronocore import grants
@@ -320,8 +319,9 @@ def _write_copied(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequenc
 
 
 def _set_calendars(job_ids: list[str], specs: Sequence[JobSpec]) -> None:
-    """The calendars of the copied jobs that name any (the COPY writes none: most jobs have
-    none, and an array per line would cost every line): one UPDATE per distinct list."""
+    """The calendars of the copied jobs that name any (the COPY leaves the column to its
+    default, empty: most jobs have none, and an array per line would cost every line): one
+    UPDATE per distinct list."""
     by_names: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for job_id, spec in zip(job_ids, specs, strict=True):
         if spec.calendars:
@@ -354,9 +354,7 @@ def _copy_plan(keyed: bool = False) -> _CopyPlan:
     defaults = []
     for f in rest:
         value = f.get_default()
-        if isinstance(f, ArrayField):  # an empty array (the only default of one), as COPY reads it
-            value = "{}"
-        elif isinstance(value, list | dict):
+        if isinstance(value, list | dict):
             value = json.dumps(value)
         defaults.append(value)
     columns = [fields[n].column for n in (*per_row, *_PER_REQUEST)] + [f.column for f in rest]

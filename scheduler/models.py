@@ -137,8 +137,10 @@ class Job(models.Model):
         db_default=0,
         help_text="Spread each occurrence over [0, jitter) ms, the same every time.",
     )
+    # db_default: the job writer's COPY and the workflow engine's own INSERT leave it out.
     calendars = ArrayField(
         models.CharField(max_length=100), default=list, blank=True,
+        db_default=models.Value([], output_field=ArrayField(models.CharField(max_length=100))),
         help_text="Names of the tenant's exclusion calendars (scheduler.calendars): an "
         "occurrence on a day one of them excludes is skipped.")
     timer_key = models.GeneratedField(

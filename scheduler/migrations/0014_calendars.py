@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='calendars',
-            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=100), blank=True, default=list, help_text="Names of the tenant's exclusion calendars (scheduler.calendars): an occurrence on a day one of them excludes is skipped.", size=None),
+            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=100), blank=True, db_default=models.Value([], output_field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=100), size=None)), default=list, help_text="Names of the tenant's exclusion calendars (scheduler.calendars): an occurrence on a day one of them excludes is skipped.", size=None),
         ),
         migrations.CreateModel(
             name='Calendar',

@@ -132,7 +132,7 @@ def test_a_job_names_calendars_when_created_patched_and_in_bulk(
             {"job_type": "tests.noop", "delay_ms": 5_000, "calendars": ["weekend"]},
         ])
     body = bulk.json()
-    assert bulk.status_code == 201, body
+    assert bulk.status_code == 200, body  # some items failed
     assert (body["created"], body["failed"]) == (2, 2)
     assert [(e["index"], e["field"]) for e in body["errors"]] == [(1, "calendars"),
                                                                   (3, "calendars")]

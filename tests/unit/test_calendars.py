@@ -241,9 +241,18 @@ def test_calendars_that_exclude_every_occurrence_are_a_problem_naming_them():
         "2026-12-01T00:00:00+00:00"))
     assert problem is not None and "always" in problem and "never fire" in problem
     christmas_job = parse_cron("0 9 25 12 *", "America/New_York")
-    assert never_fires_problem(christmas_job, [NEW_YORK], ms("2026-12-01T00:00:00+00:00")) \
-        is not None
-    assert never_fires_problem(christmas_job, [TOKYO], ms("2026-12-01T00:00:00+00:00")) is None
+    every_christmas = parse_calendar({"name": "xmas", "timezone": "America/New_York",
+                                      "rules": ["25 DEC *"]})
+    start = ms("2026-12-01T00:00:00+00:00")
+    assert never_fires_problem(christmas_job, [every_christmas], start) is not None
+    assert never_fires_problem(christmas_job, [NEW_YORK], start) is None  # 2027's fires
+    # 09:00 New York on the 25th is 23:00 in Tokyo, still its 25th: excluded there too ...
+    tokyo_christmas = parse_calendar({"name": "jp", "timezone": "Asia/Tokyo",
+                                      "rules": ["25 DEC *"]})
+    assert never_fires_problem(christmas_job, [tokyo_christmas], start) is not None
+    # ... but not 09:00 in Honolulu, the 26th in Tokyo.
+    honolulu_job = parse_cron("0 9 25 12 *", "Pacific/Honolulu")
+    assert never_fires_problem(honolulu_job, [tokyo_christmas], start) is None
     weekdays_only = parse_calendar({"name": "weekdays", "rules": ["* * MON-FRI"]})
     assert never_fires_problem(parse_cron("0 9 * * *"), [weekdays_only],
                                ms("2026-12-01T00:00:00+00:00")) is None
