@@ -11,7 +11,8 @@ fault); a calendar jobs name is not deleted (the page lists why, counting the jo
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db import transaction
 from django.http import HttpRequest
 
 from chronocore.models import StaffRole
@@ -20,6 +21,7 @@ from scheduler import calendar_store
 from scheduler.calendars import parse_calendar
 from scheduler.errors import CalendarInUse, SpecInvalid
 from scheduler.models import Calendar
+from search import audit
 
 _DOCUMENT_FIELDS = ("name", "timezone", "description", "dates", "ranges", "rules")
 
@@ -68,6 +70,23 @@ class CalendarAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Calendar | None = None):
         # A calendar stays its tenant's: jobs of that tenant name it.
         return ("tenant",) if obj is not None else ()
+
+    def save_model(self, request: HttpRequest, obj: Calendar, form, change: bool) -> None:
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            calendar_store.record(audit.CALENDAR_CHANGED if change else audit.CALENDAR_CREATED,
+                                  obj, by=f"user:{request.user}")
+
+    def delete_model(self, request: HttpRequest, obj: Calendar) -> None:
+        # Checked again under the row's lock (a job may have named it since the page showed).
+        try:
+            calendar_store.delete(obj, by=f"user:{request.user}")
+        except CalendarInUse as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+
+    def delete_queryset(self, request: HttpRequest, queryset) -> None:
+        for calendar in self.acting_rows(request, queryset):
+            self.delete_model(request, calendar)
 
     def get_deleted_objects(self, objs, request: HttpRequest):
         to_delete, model_count, perms_needed, protected = super().get_deleted_objects(

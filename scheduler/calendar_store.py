@@ -28,6 +28,7 @@ from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.errors import CalendarInUse, InvalidJob, SpecInvalid
 from scheduler.models import Calendar, Job, JobStatus
 from scheduler.schedules import Schedule, job_schedule
+from search import audit
 
 log = logging.getLogger("chrono.calendars")
 
@@ -106,16 +107,18 @@ def jobs_using(tenant_id: uuid.UUID | str, name: str) -> int:
     return Job.objects.for_tenant(tenant_id).filter(calendars__contains=[name]).count()
 
 
-def create(tenant_id: uuid.UUID | str, document: object) -> Calendar:
-    """Write a new calendar for the tenant; raises :class:`SpecInvalid` per field (``name``
-    when the tenant has one of that name already)."""
+def create(tenant_id: uuid.UUID | str, document: object, *, by: str = "") -> Calendar:
+    """Write a new calendar for the tenant, with its ``calendar.created`` audit row; raises
+    :class:`SpecInvalid` per field (``name`` when the tenant has one of that name already)."""
     calendar = parse_calendar(document)
     assert isinstance(document, Mapping)
     try:
         with transaction.atomic():
-            return Calendar.objects.create(
+            row = Calendar.objects.create(
                 tenant_id=tenant_id, description=document.get("description", ""),
                 **_columns(calendar))
+            record(audit.CALENDAR_CREATED, row, by=by)
+            return row
     except IntegrityError:
         raise SpecInvalid({"name": [f"The tenant has a calendar '{calendar.name}' already; "
                                     "choose another name or change that one."]}) from None
@@ -145,9 +148,9 @@ def checked_change(row: Calendar, changes: object) -> tuple[ExclusionCalendar, s
     return calendar, str(document["description"])
 
 
-def update(row: Calendar, changes: object) -> Calendar:
+def update(row: Calendar, changes: object, *, by: str = "") -> Calendar:
     """Change a calendar (a PATCH: any of its fields), checked by :func:`checked_change`
-    under the row's lock."""
+    under the row's lock, with its ``calendar.changed`` audit row."""
     with transaction.atomic():
         row = Calendar.objects.select_for_update().get(pk=row.pk)
         calendar, row.description = checked_change(row, changes)
@@ -159,7 +162,19 @@ def update(row: Calendar, changes: object) -> Calendar:
         except IntegrityError:
             raise SpecInvalid({"name": [f"The tenant has a calendar '{calendar.name}' "
                                         "already; choose another name."]}) from None
+        record(audit.CALENDAR_CHANGED, row, by=by)
     return row
+
+
+def record(action: str, row: Calendar, *, by: str = "") -> None:
+    """The audit row of a calendar's creation, change or deletion (in the caller's
+    transaction): its name in the message, its days in the data."""
+    verb = {audit.CALENDAR_CREATED: "created", audit.CALENDAR_CHANGED: "changed",
+            audit.CALENDAR_DELETED: "deleted"}[action]
+    audit.record(action, tenant_id=row.tenant_id, actor=by,
+                 message=f"Calendar {row.name} {verb} by {audit.current_actor(by)}",
+                 data={"calendar": row.name, "timezone": row.timezone, "dates": row.dates,
+                       "ranges": row.ranges, "rules": row.rules})
 
 
 def columns_of(calendar: ExclusionCalendar) -> dict[str, object]:
@@ -167,10 +182,10 @@ def columns_of(calendar: ExclusionCalendar) -> dict[str, object]:
     return _columns(calendar)
 
 
-def delete(row: Calendar) -> None:
-    """Delete a calendar no job names; raises :class:`CalendarInUse` with the count of those
-    that do (they are not detached silently: a job would start firing on the days it
-    excluded)."""
+def delete(row: Calendar, *, by: str = "") -> None:
+    """Delete a calendar no job names, with its ``calendar.deleted`` audit row; raises
+    :class:`CalendarInUse` with the count of those that do (they are not detached silently:
+    a job would start firing on the days it excluded)."""
     with transaction.atomic():
         row = Calendar.objects.select_for_update().get(pk=row.pk)
         if count := jobs_using(row.tenant_id, row.name):
@@ -178,6 +193,7 @@ def delete(row: Calendar) -> None:
                 f"{count} job(s) name the calendar '{row.name}'; remove it from their "
                 "calendars (PATCH /api/v1/jobs/{id}/ with the calendars they keep) before "
                 "deleting it.", field="name")
+        record(audit.CALENDAR_DELETED, row, by=by)
         row.delete()
 
 

@@ -25,6 +25,7 @@ from scheduler.errors import InvalidJob
 from scheduler.lifecycle import execution_id_for
 from scheduler.models import Calendar, Execution, ExecutionStatus, Job
 from scheduler.timers import ClaimedTimer, timer_store
+from search.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,6 +63,13 @@ def test_a_calendar_is_created_read_listed_changed_and_deleted_by_its_name(tenan
     assert (changed.json()["dates"], changed.json()["rules"]) == (["2026-07-03"], ["* * SAT,SUN"])
     assert tenant_api.delete(f"{CALENDARS}weekend/").status_code == 204
     assert not Calendar.objects.exists()
+    events = list(AuditEvent.objects.filter(action__startswith="calendar.").order_by("id"))
+    assert [e.action for e in events] == ["calendar.created", "calendar.changed",
+                                          "calendar.deleted"]
+    assert all(e.actor.startswith("api-key:") and e.tenant_id == tenant_api.tenant.tenant_id
+               for e in events)
+    assert events[1].data["dates"] == ["2026-07-03"]
+    assert events[0].message.startswith("Calendar weekend created by api-key:")
 
 
 @pytest.mark.parametrize(("body", "field", "words"), [
@@ -258,6 +266,7 @@ def test_the_admin_adds_and_changes_calendars_by_the_apis_rules(superuser_client
     calendar = Calendar.objects.get()
     assert (calendar.dates, calendar.rules, calendar.tenant_id) == (
         ["2026-07-14"], ["* * SUN"], tenant.tenant_id)
+    assert AuditEvent.objects.get(action="calendar.created").actor == "user:ops"
     bad = superuser_client.post(f"/admin/scheduler/calendar/{calendar.pk}/change/",
                                 admin_form(tenant, timezone="Paris", dates='["14/07"]'))
     assert bad.status_code == 200
