@@ -3,9 +3,10 @@
 A job changes only through :mod:`scheduler.api`, as from the REST API: the admin's actions pause,
 resume, trigger and cancel, and its delete, call it, so each change is validated, audited with the
 staff user as actor, reaches the job's timer in Redis and takes the job's lock (a delete racing the
-beat's insert of an execution leaves none behind). Its form edits the name alone; a job's schedule
-and options change through the API (a row edited here would not move its timer). Jobs are created
-through the API, and executions by the beat: neither is added here.
+beat's insert of an execution leaves none behind). Its form edits the name and the exclusion
+calendars (through :func:`scheduler.api.configure`, checked as the REST API checks them); a
+job's schedule and options change through the API (a row edited here would not move its
+timer). Jobs are created through the API, and executions by the beat: neither is added here.
 
 Both are scoped by tenant (:class:`chronocore.staff.TenantScopedAdmin`): a tenant's staff see
 their tenant's jobs and executions and nothing else (another tenant's id answers 404, on every
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, QuerySet
@@ -27,11 +29,14 @@ from django.views.decorators.http import require_POST
 
 from chronocore.config import get_config
 from chronocore.staff import TenantScopedAdmin, scope_of
-from scheduler import api
-from scheduler.errors import JobNotFound, SchedulerError
+from scheduler import api, calendar_store
+from scheduler.calendars import calendar_names_problem
+from scheduler.clock import now_ms
+from scheduler.errors import InvalidJob, JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
 from scheduler.intervals import describe_period
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
+from scheduler.specs import stored_schedule
 from search.api import (
     HIDDEN_FROM_TENANTS,
     SearchEngineUnavailable,
@@ -116,6 +121,30 @@ class OriginFilter(admin.SimpleListFilter):
         return queryset.exclude(watched)
 
 
+class JobForm(forms.ModelForm):
+    """The job page's form: its name, and its calendars checked against its tenant's."""
+
+    class Meta:
+        model = Job
+        fields = ("name", "calendars")
+
+    def clean_calendars(self) -> list[str]:
+        names = list(self.cleaned_data.get("calendars") or [])
+        job = self.instance
+        if names == list(job.calendars):
+            return names
+        if problem := calendar_names_problem(names):
+            raise forms.ValidationError(problem)
+        if names and not job.is_recurring:
+            raise forms.ValidationError("calendars apply to cron and interval jobs only.")
+        try:
+            calendar_store.check_job_calendars(job.tenant_id, names, stored_schedule(job),
+                                               now_ms=now_ms())
+        except InvalidJob as exc:
+            raise forms.ValidationError(exc.message) from None
+        return names
+
+
 @admin.register(Job)
 class JobAdmin(TenantScopedAdmin):
     list_display = (
@@ -135,6 +164,7 @@ class JobAdmin(TenantScopedAdmin):
     )
 
     change_form_template = "admin/scheduler/job/change_form.html"
+    form = JobForm
 
     @admin.display(description="schedule", ordering="cron_expression")
     def schedule(self, job: Job) -> str:
@@ -146,7 +176,19 @@ class JobAdmin(TenantScopedAdmin):
         return "once"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
-        return [f.name for f in Job._meta.fields if f.name != "name"]
+        return [f.name for f in Job._meta.fields if f.name not in ("name", "calendars")]
+
+    def save_model(self, request: HttpRequest, obj: Job, form, change: bool) -> None:
+        # The name is saved as it is; new calendars go through the API (checked again under
+        # the job's lock, audited with the staff user as actor).
+        calendars = list(obj.calendars)
+        if "calendars" in form.changed_data:
+            obj.calendars = list(Job.objects.values_list("calendars", flat=True).get(pk=obj.pk))
+        super().save_model(request, obj, form, change)
+        if "calendars" in form.changed_data:
+            api.configure(obj.job_id, tenant=obj.tenant_id, calendars=calendars,
+                          by=f"user:{request.user}")
+            obj.calendars = calendars
 
     def get_urls(self):
         return [
@@ -399,3 +441,6 @@ def execution_attempts(execution: Execution) -> dict[str, object]:
     rows, error = audit_rows({"execution_id": str(execution.execution_id)},
                              execution.tenant_id)
     return {"attempts": sorted(rows, key=lambda r: r["timestamp"]), "attempts_error": error}
+
+
+from scheduler import calendar_admin  # noqa: E402, F401 -- registers the calendars' page

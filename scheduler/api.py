@@ -15,7 +15,7 @@ each with its own arguments, key and options, by the bulk path's COPY
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone as dj_timezone
 
 from chronocore.models import Tenant
-from scheduler import job_writer, python_args, specs
+from scheduler import calendar_store, job_writer, python_args, specs
 
 # Many jobs in one call, by the bulk path's COPY: part of this API, in a module of its own.
 from scheduler.bulk_schedule import ItemError, ScheduledMany, schedule_many  # noqa: F401
@@ -120,9 +120,14 @@ def schedule_cron(
     retry: RetryPolicy | None = None,
     soft_timeout_ms: int | None = None,
     hard_timeout_ms: int | None = None,
+    calendars: Sequence[str] = (),
     by: str = "",
 ) -> Job:
     """Run ``task_name`` on the cron schedule ``cron`` evaluated in ``timezone``.
+
+    ``calendars`` names the tenant's exclusion calendars (:mod:`scheduler.calendars`): an
+    occurrence on a day one of them excludes is skipped, recorded ``SKIPPED`` with the reason
+    ``calendar <name>``.
 
     ``misfire`` says what happens to occurrences missed while nothing dispatched (default: the
     latest missed one fires once); ``jitter_ms`` spreads each occurrence over ``[0, jitter_ms)``
@@ -135,7 +140,7 @@ def schedule_cron(
                                             hard_timeout_ms, misfire)
     item = {"job_type": task_name, "name": name, "cron_expression": cron, "timezone": timezone,
             **python_args.payload(args, kwargs), "jitter_ms": jitter_ms, "overlap_policy": overlap,
-            **options}
+            **options, **python_args.calendars(calendars)}
     return _created(tenant_id, item, queue=queue, idempotency_key=idempotency_key, by=by)
 
 
@@ -157,18 +162,20 @@ def schedule_interval(
     retry: RetryPolicy | None = None,
     soft_timeout_ms: int | None = None,
     hard_timeout_ms: int | None = None,
+    calendars: Sequence[str] = (),
     by: str = "",
 ) -> Job:
     """Run ``task_name`` every ``every`` (a timedelta or seconds, at least a second) of elapsed
     time from ``anchor`` (an aware datetime; default now, so the first run is one period from
     now): :mod:`scheduler.intervals`. Daylight saving does not change the period; ``timezone``
-    is only the zone the job's times are shown in. Misfire, jitter, overlap and retries are
-    :func:`schedule_cron`'s."""
+    is only the zone the job's times are shown in. Misfire, jitter, overlap, retries and
+    calendars are :func:`schedule_cron`'s."""
     item = {"job_type": task_name, "name": name,
             "interval_ms": python_args.interval_ms_of(every), "timezone": timezone,
             **python_args.payload(args, kwargs), "jitter_ms": jitter_ms,
             "overlap_policy": overlap, **python_args.execution_options(
-                None, retry, soft_timeout_ms, hard_timeout_ms, misfire)}
+                None, retry, soft_timeout_ms, hard_timeout_ms, misfire),
+            **python_args.calendars(calendars)}
     if anchor is not None:
         item["interval_anchor"] = anchor
     return _created(_tenant_id(tenant), item, queue=queue, idempotency_key=idempotency_key,
@@ -448,12 +455,14 @@ def configure(
     overlap: OverlapPolicy | str | None = None,
     misfire: MisfireRule | MisfirePolicy | str | None = None,
     jitter_ms: int | None = None,
+    calendars: Sequence[str] | None = None,
     by: str = "",
 ) -> Job:
     """Change how a job's occurrences run; None leaves a setting as it is. ``retry`` replaces
     the policy; ``timeouts_ms`` is ``(soft, hard)``, None in it meaning no limit. ``overlap``
     and ``jitter_ms`` are for cron jobs; a new jitter moves the pending occurrence within its
-    new spread. The rules are :func:`update`'s.
+    new spread. ``calendars`` replaces the job's exclusion calendars (``[]``: none). The rules
+    are :func:`update`'s.
 
     Occurrences published from now on carry the new settings (the beat reads them from the job
     row when it publishes; attempts already published keep theirs)."""
@@ -468,6 +477,8 @@ def configure(
         changes |= specs.misfire_fields(misfire)
     if jitter_ms is not None:
         changes["jitter_ms"] = jitter_ms
+    if calendars is not None:
+        changes |= python_args.calendars(calendars, given=True)
     return _python_update(job_id, tenant, changes, by)
 
 
@@ -496,8 +507,10 @@ def update(job_id: uuid.UUID | str, *, tenant: TenantRef, changes: object, by: s
         job = _locked_job(job_id, tenant, editable=True)
         job_writer.check_granted(job.tenant_id, job.job_type, job.queue)
         limits = job_writer.current_limits()
-        change = specs.plan_change(job, specs.parse_update(changes, limits), now_ms=limits.now_ms)
+        parsed = specs.parse_update(changes, limits)
+        change = specs.plan_change(job, parsed, now_ms=limits.now_ms)
         changed = _apply_schedule(job, change) + _apply_options(job, change)
+        changed += _apply_calendars(job, parsed, change, now=limits.now_ms)
         if not changed:
             return job
         job.save(update_fields=[*changed, "updated_at"])
@@ -528,6 +541,20 @@ def _apply_schedule(job: Job, change: specs.JobChange) -> list[str]:
         job.next_run_at = ms_to_datetime(change.fire_at_ms)
         return ["next_run_at"]
     return []
+
+
+def _apply_calendars(job: Job, parsed: Mapping[str, object], change: specs.JobChange, *,
+                     now: int) -> list[str]:
+    """Set new calendars; check them (and the ones kept, against a new schedule) against the
+    tenant's calendars (InvalidJob, field ``calendars``). Returns the fields changed."""
+    names = list(parsed.get("calendars", job.calendars))
+    if names and ("calendars" in parsed or change.schedule is not None):
+        calendar_store.check_job_calendars(job.tenant_id, names, specs.stored_schedule(job),
+                                           now_ms=now)
+    if names == list(job.calendars):
+        return []
+    job.calendars = names
+    return ["calendars"]
 
 
 def _apply_options(job: Job, change: specs.JobChange) -> list[str]:

@@ -41,9 +41,10 @@ from django.db import (
 
 from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
-from scheduler import metrics, occurrences
+from scheduler import calendar_store, metrics, occurrences
 from scheduler.attempts import load_waiting, mark_dispatched, policy_header
 from scheduler.bursts import PrepareRate, in_turns, prepare_horizon
+from scheduler.calendars import ExclusionCalendar
 from scheduler.clock import now_ms
 from scheduler.cron import CronSchedule, parse_cron
 from scheduler.dispatch import Publisher, TaskMessage
@@ -59,7 +60,7 @@ from scheduler.firing import (
     drop_unsure_leases,
 )
 from scheduler.lifecycle import RETRY_TIMER_SEPARATOR, execution_id_for, parse_retry_timer
-from scheduler.misfire import FirePlan, jittered_ms, plan_occurrences
+from scheduler.misfire import FirePlan, calendar_exclusion, jittered_ms, plan_occurrences
 from scheduler.occurrences import DueJob, PlannedOccurrence
 from scheduler.overlap import OverlapAction, is_guarded
 from scheduler.overlap import decide as decide_overlap
@@ -395,6 +396,10 @@ class Beat:
         with self.counters.timed("load_insert"):
             jobs = occurrences.load_and_insert([(t.timer_id, t.fire_at_ms) for t in claimed])
         batch = ConfirmedBatch(leases=dict(self.ownership.leases))
+        # The exclusion calendars of the jobs that name any, one statement for the batch (read
+        # at each occurrence, so an edit of a calendar takes effect at the next one).
+        calendars = calendar_store.calendars_of_jobs(
+            (job.job_id, job.tenant_id, job.calendars) for job in jobs.values() if job.calendars)
         now = self.clock()
         skipped: list[PlannedOccurrence] = []
         for timer in claimed:
@@ -408,7 +413,7 @@ class Beat:
                 self.counters.stale += 1
                 batch.acks.append(Ack(timer, job.next_run_ms))
             else:
-                plan = self._plan(job, timer.fire_at_ms, now)
+                plan = self._plan(job, timer.fire_at_ms, now, calendars.get(job.job_id))
                 skipped += [PlannedOccurrence(job, ms, reason) for ms, reason in plan.skipped]
                 self.counters.misfired += len(plan.skipped)
                 batch.fired.append(Fired(timer, job, plan.fire_ms, plan.next_ms))
@@ -499,13 +504,17 @@ class Beat:
         self.counters.overlap_skipped += len(skipped)
         return skipped
 
-    def _plan(self, job: DueJob, fire_at_ms: int, now: int) -> FirePlan:
+    def _plan(self, job: DueJob, fire_at_ms: int, now: int,
+              calendars: Sequence[ExclusionCalendar] | None = None) -> FirePlan:
+        schedule = planned_schedule(job)
         plan = plan_occurrences(
-            schedule=planned_schedule(job),
+            schedule=schedule,
             fire_at_ms=fire_at_ms,
             now_ms=now,
             rule=job.misfire,
             grace_ms=self.config.misfire_grace_ms,
+            excluded_by=calendar_exclusion(job.job_id, schedule, fire_at_ms, job.jitter_ms,
+                                           calendars),
         )
         if plan.next_ms is not None:
             plan.next_ms = jittered_ms(job.job_id, plan.next_ms, job.jitter_ms)

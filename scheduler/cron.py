@@ -171,6 +171,13 @@ class CronSchedule:
             fire_times.append(fire_ms)
         return fire_times
 
+    def matches_date(self, day: date) -> bool:
+        """True when ``day`` (a local date) matches the day-of-month, month and day-of-week
+        fields, whatever the time fields say: how an exclusion calendar's rule
+        (:mod:`scheduler.calendars`) is read."""
+        return day.month in self.months and self._first_matching_day(
+            day.year, day.month, day.day) == day.day
+
     def dst_note(self, fire_ms: int) -> str | None:
         """Why a fire time is what it is around a DST transition, or None for an ordinary one:
         ``after the gap`` (a wall time the clocks skipped fired at the first instant after),

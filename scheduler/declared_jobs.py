@@ -26,7 +26,8 @@ from enum import StrEnum
 from django.db import transaction
 
 from chronocore.models import Tenant
-from scheduler import api, job_writer, specs
+from scheduler import api, calendar_store, job_writer, python_args, specs
+from scheduler.clock import now_ms
 from scheduler.errors import InvalidJob, SpecInvalid
 from scheduler.misfire import MisfireRule
 from scheduler.models import Job, JobStatus
@@ -49,6 +50,7 @@ DECLARED_FIELDS = (
     "overlap_policy",
     "retry_policy",
     "max_retries",
+    "calendars",
 )
 
 
@@ -78,6 +80,7 @@ class CronJobSpec:
     retry: RetryPolicy | None = None
     overlap: str = "skip"
     name: str = ""
+    calendars: tuple[str, ...] = ()  # names of the tenant's exclusion calendars
 
     def __post_init__(self) -> None:
         self.job_spec()
@@ -96,7 +99,7 @@ class CronJobSpec:
         item = {"job_type": self.task_name, "name": self.name, **schedule,
                 "timezone": self.timezone, "args": args, "kwargs": kwargs,
                 "jitter_ms": self.jitter_ms, "overlap_policy": self.overlap,
-                **specs.misfire_fields(self.misfire)}
+                **specs.misfire_fields(self.misfire), **python_args.calendars(self.calendars)}
         if self.queue is not None:
             item["queue"] = self.queue
         if self.retry is not None:
@@ -161,6 +164,10 @@ def sync_cron_job(spec: CronJobSpec, *, tenant: Tenant, by: str = "") -> SyncRes
             others |= {"cron_expression": desired["cron_expression"],
                        "interval_ms": desired["interval_ms"],
                        "interval_anchor": desired["interval_anchor"]}
+        if others.get("calendars"):  # the tenant's own, leaving the job an occurrence
+            calendar_store.check_job_calendars(
+                tenant.tenant_id, others["calendars"],
+                job_writer.spec_schedule(str(job.job_id), job_spec), now_ms=now_ms())
         if others:
             Job.objects.filter(pk=job.pk).update(**others)
         if spec.interval_ms is None:

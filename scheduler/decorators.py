@@ -102,6 +102,7 @@ class ChronoJobOptions:
     overlap: str | None = None
     args: tuple[object, ...] = ()
     kwargs: Mapping[str, object] = field(default_factory=dict)
+    calendars: tuple[str, ...] = ()  # the tenant's exclusion calendars, by name
 
     def __post_init__(self) -> None:
         if self.cron is not None and self.interval_ms is not None:
@@ -122,6 +123,11 @@ class ChronoJobOptions:
         args, kwargs = as_json(self.args, self.kwargs)
         item = {"args": args, "kwargs": kwargs, "jitter_ms": self.jitter_ms,
                 **specs.misfire_fields(self.misfire)}
+        if self.calendars:
+            if self.cron is None and self.interval_ms is None:
+                raise InvalidJob("calendars are for cron and interval jobs; pass cron= or "
+                                 "every= too", field="calendars")
+            item["calendars"] = list(self.calendars)
         for key, value in (("cron_expression", self.cron), ("interval_ms", self.interval_ms),
                            ("queue", self.queue), ("overlap_policy", self.overlap),
                            ("retry_policy", self.retry)):
@@ -155,6 +161,7 @@ def chrono_job(
     overlap: str | None = None,
     args: tuple[object, ...] | list[object] = (),
     kwargs: Mapping[str, object] | None = None,
+    calendars: tuple[str, ...] | list[str] = (),
 ) -> ChronoJobTask | Callable[[object], ChronoJobTask]:
     """Make a Celery task a Chrono job; stack it above ``@app.task`` or ``@shared_task``.
 
@@ -164,8 +171,10 @@ def chrono_job(
     of :func:`scheduler.api.schedule_cron`. Without it, the task only gains ``schedule()`` and
     the job methods. With ``every`` (a timedelta or seconds) instead of ``cron``, the job is an
     interval job (:func:`scheduler.api.schedule_interval`: elapsed time from its creation).
-    Bad options raise :class:`~scheduler.errors.InvalidJob` or
-    :class:`~scheduler.errors.InvalidSchedule` at import, naming what to change.
+    ``calendars`` names the tenant's exclusion calendars (checked against the tenant's when
+    the job is synced: ``chrono sync-jobs``). Bad options raise
+    :class:`~scheduler.errors.InvalidJob` or :class:`~scheduler.errors.InvalidSchedule` at
+    import, naming what to change.
     """
     options = ChronoJobOptions(
         cron=cron,
@@ -179,6 +188,7 @@ def chrono_job(
         overlap=overlap,
         args=tuple(args),
         kwargs=dict(kwargs or {}),
+        calendars=tuple(python_args.calendars(calendars).get("calendars", ())),
     )
 
     def decorate(celery_task: object) -> ChronoJobTask:
@@ -241,6 +251,7 @@ class ChronoJobTask(Proxy):
             retry=options.retry_policy,
             overlap=options.overlap or "skip",
             name=task_name,
+            calendars=options.calendars,
         )
 
     def schedule(

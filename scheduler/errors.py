@@ -116,6 +116,16 @@ class UntranslatableSchedule(InvalidSchedule):
     divide a minute, an hour or a day; a solar or custom schedule; both day fields restricted)."""
 
 
+class CalendarInUse(SchedulerError):
+    """Raised when a calendar that jobs name would be deleted or renamed; the message counts
+    them. ``field`` is ``name``; the REST API answers 409."""
+
+    def __init__(self, message: str, *, field: str | None = "name") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
 class TaskNotGranted(SchedulerError, PermissionError):
     """Raised when a tenant schedules a task, or a queue, it was not granted
     (:mod:`chronocore.grants`). The message names the task and queue and how to get them

@@ -4,12 +4,16 @@ and the admin's job page.
 A cron job's first time is its pending occurrence (what its timer holds, jitter included), then
 the schedule after it, each moved by the job's jitter; a triggered job shows its trigger first. A
 paused, completed or cancelled job fires at no time (a paused one again only once resumed).
+An occurrence one of the job's exclusion calendars excludes is left out (the beat records it
+``SKIPPED``); a trigger is shown whatever the calendars say, as the beat fires it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from scheduler import calendar_store
+from scheduler.calendars import allowed_fire_times
 from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.cron import validate_timezone
 from scheduler.errors import InvalidSchedule
@@ -39,7 +43,14 @@ def upcoming_fire_ms(job: Job, count: int) -> list[int]:
             first, after = [pending_ms], pending_ms
         else:
             after = occurrence_ms - 1
-    return first + [jittered_ms(str(job.job_id), ms, job.jitter_ms)
+    job_id, jitter = str(job.job_id), job.jitter_ms
+    if job.calendars:
+        calendars = calendar_store.calendars_of_jobs(
+            [(job_id, str(job.tenant_id), job.calendars)]).get(job_id, [])
+        return first + allowed_fire_times(
+            schedule, calendars, after, count - len(first),
+            fire_time=lambda ms: jittered_ms(job_id, ms, jitter), max_spread_ms=jitter)
+    return first + [jittered_ms(job_id, ms, jitter)
                     for ms in schedule.fire_times_ms(after, count - len(first))]
 
 

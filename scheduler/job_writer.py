@@ -34,12 +34,13 @@ from chronocore import grants
 from chronocore.config import get_config
 from chronocore.models import Tenant
 from chronocore.pgcopy import NULL, TimestampText, copy_rows, copy_text, escape
+from scheduler import calendar_store
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.cron import parse_cron
 from scheduler.errors import InvalidJob, TaskNotGranted
 from scheduler.misfire import jittered_ms
 from scheduler.models import Job, JobStatus
-from scheduler.schedules import hash_key_of
+from scheduler.schedules import Schedule, hash_key_of, job_schedule
 from scheduler.specs import ExecutionOptions, JobSpec, Limits
 from scheduler.timers import timer_store
 from search import audit
@@ -101,7 +102,7 @@ def row_fields(spec: JobSpec) -> dict[str, object]:
         "kwargs": spec.kwargs, "cron_expression": spec.cron_expression,
         "timezone": spec.timezone, "interval_ms": spec.interval_ms,
         "interval_anchor": None if spec.anchor_ms is None else ms_to_datetime(spec.anchor_ms),
-        **option_columns(options),
+        "calendars": list(spec.calendars), **option_columns(options),
     }
 
 
@@ -128,6 +129,34 @@ def first_fire_ms(job_id: str, spec: JobSpec) -> int:
     return jittered_ms(job_id, fire_ms, jitter_ms) if jitter_ms else fire_ms
 
 
+def spec_schedule(job_id: str, spec: JobSpec) -> Schedule | None:
+    """The schedule of the job ``spec`` becomes with ``job_id`` (None: a one-time job)."""
+    return job_schedule(job_id=job_id, cron_expression=spec.cron_expression,
+                        timezone=spec.timezone, interval_ms=spec.interval_ms,
+                        anchor_ms=spec.anchor_ms)
+
+
+def calendar_key(spec: JobSpec) -> tuple:
+    """What :func:`calendar_refusal` depends on (specs with equal keys get the same answer; a
+    cron with H is checked hashed from one id for all, as its days hardly depend on it)."""
+    return (spec.calendars, spec.cron_expression, spec.timezone, spec.interval_ms,
+            spec.anchor_ms)
+
+
+def calendar_refusal(tenant_id: uuid.UUID | str, spec: JobSpec, job_id: str = "") -> str | None:
+    """Why ``spec``'s calendars cannot be used by the tenant (a name it has no calendar of, or
+    calendars that leave the job no occurrence in five years); None when they can (the
+    per-item check of bulk ingest)."""
+    if not spec.calendars:
+        return None
+    try:
+        calendar_store.check_job_calendars(tenant_id, spec.calendars,
+                                           spec_schedule(job_id or "0", spec), now_ms=now_ms())
+    except InvalidJob as exc:
+        return exc.message
+    return None
+
+
 # ------------------------------------------------------------------------------------ one job
 
 
@@ -140,6 +169,9 @@ def create(tenant_id: uuid.UUID | str, spec: JobSpec, *, idempotency_key: str | 
     check_tenant_active(tenant_id)
     check_granted(tenant_id, spec.job_type, spec.queue)
     job_id = uuid.uuid4()
+    if spec.calendars:
+        calendar_store.check_job_calendars(tenant_id, spec.calendars,
+                                           spec_schedule(str(job_id), spec), now_ms=now_ms())
     fields = row_fields(spec) | {
         "next_run_at": ms_to_datetime(first_fire_ms(str(job_id), spec))}
     with transaction.atomic():
@@ -208,6 +240,11 @@ def copy_keyed(tenant_id: uuid.UUID | str, specs: Sequence[JobSpec],
     check_tenant_active(tenant_id)
     for task_name, queue in {(spec.job_type, spec.queue) for spec in specs}:
         check_granted(tenant_id, task_name, queue)
+    # A caller that refuses items alone checks calendar_refusal first; once per distinct
+    # schedule and calendars here.
+    for spec in {calendar_key(spec): spec for spec in specs if spec.calendars}.values():
+        if refused := calendar_refusal(tenant_id, spec):
+            raise InvalidJob(refused, field="calendars")
     keys = idempotency_keys if idempotency_keys and any(
         key is not None for key in idempotency_keys) else None
     job_ids = new_job_ids(len(specs))
@@ -276,8 +313,24 @@ def _write_copied(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequenc
     timers = list(zip(job_ids, fire_ms, strict=True))
     announce_before = announce_before_ms()
     _copy_jobs(tenant_id, job_ids, specs, fire_ms, keys)
+    _set_calendars(job_ids, specs)
     _record_created(tenant_id, job_ids, specs, by, audit_data)
     transaction.on_commit(lambda: add_timers(timers, announce_before))
+
+
+def _set_calendars(job_ids: list[str], specs: Sequence[JobSpec]) -> None:
+    """The calendars of the copied jobs that name any (the COPY leaves the column to its
+    default, empty: most jobs have none, and an array per line would cost every line): one
+    UPDATE per distinct list."""
+    by_names: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for job_id, spec in zip(job_ids, specs, strict=True):
+        if spec.calendars:
+            by_names[spec.calendars].append(job_id)
+    with connection.cursor() as cursor:
+        for names, ids in by_names.items():
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} SET calendars = %s "  # nosec B608 # the model's table name; values are parameters
+                "WHERE job_id = ANY(%s::uuid[])", [list(names), ids])
 
 
 @dataclass(frozen=True)

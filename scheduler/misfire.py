@@ -10,6 +10,10 @@ the job's policy:
                          are skipped;
 ``skip``                 no late occurrence fires.
 
+An occurrence one of the job's exclusion calendars excludes (:mod:`scheduler.calendars`) never
+fires, late or on time: it is skipped with the reason ``calendar <name>`` before the policy
+looks at the others, so ``fire_once`` fires the latest occurrence no calendar excludes.
+
 Every skipped occurrence is returned with its reason so the ledger (executions with status
 ``SKIPPED``) shows an operator exactly what did not run and why.
 """
@@ -18,12 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from typing import ClassVar
 
+from scheduler.calendars import ExclusionCalendar, excluding_calendar, skip_reason
 from scheduler.inputs import choice_problem, whole_number_problem
 from scheduler.schedules import Schedule
 
@@ -92,9 +97,11 @@ def plan_occurrences(
     now_ms: int,
     rule: MisfireRule,
     grace_ms: int,
+    excluded_by: Callable[[int], str | None] | None = None,
 ) -> FirePlan:
     """Plan a claimed occurrence ``fire_at_ms`` and, for a cron job, every later one up to
-    ``now_ms``. ``schedule`` is None for a one-time job."""
+    ``now_ms``. ``schedule`` is None for a one-time job. ``excluded_by`` names the calendar
+    that excludes a fire time (None: none does); without it nothing is excluded."""
     due = [fire_at_ms]
     if schedule is not None:
         while len(due) < MAX_OCCURRENCES_EXAMINED:
@@ -102,25 +109,46 @@ def plan_occurrences(
             if following > now_ms:
                 break
             due.append(following)
+    plan = FirePlan()
+    last_ms = due[-1]
+    if excluded_by is not None:
+        excluding = [(ms, excluded_by(ms)) for ms in due]
+        plan.skipped = [(ms, skip_reason(name)) for ms, name in excluding if name is not None]
+        due = [ms for ms, name in excluding if name is None]
     late = [ms for ms in due if now_ms - ms > grace_ms]
     on_time = [ms for ms in due if now_ms - ms <= grace_ms]
-    plan = FirePlan()
     if rule.policy is MisfirePolicy.FIRE_ONCE:
         plan.fire_ms = late[-1:]
-        plan.skipped = [(ms, "missed; fired once for all (misfire policy fire_once)")
-                        for ms in late[:-1]]
+        plan.skipped += [(ms, "missed; fired once for all (misfire policy fire_once)")
+                         for ms in late[:-1]]
     elif rule.policy is MisfirePolicy.FIRE_ALL:
         plan.fire_ms = late[: rule.fire_all_limit]
-        plan.skipped = [
+        plan.skipped += [
             (ms, f"missed beyond the fire_all limit of {rule.fire_all_limit}")
             for ms in late[rule.fire_all_limit :]
         ]
     else:
-        plan.skipped = [(ms, "missed (misfire policy skip)") for ms in late]
+        plan.skipped += [(ms, "missed (misfire policy skip)") for ms in late]
+    plan.skipped.sort()
     plan.fire_ms += on_time
     if schedule is not None:
-        plan.next_ms = schedule.next_fire_ms(max(due[-1], now_ms))
+        plan.next_ms = schedule.next_fire_ms(max(last_ms, now_ms))
     return plan
+
+
+def calendar_exclusion(job_id: str, schedule: Schedule | None, claimed_ms: int, jitter_ms: int,
+                       calendars: Sequence[ExclusionCalendar] | None
+                       ) -> Callable[[int], str | None] | None:
+    """The ``excluded_by`` of :func:`plan_occurrences` for a job's claimed ``claimed_ms``: the
+    name of the first of ``calendars`` that excludes a fire time; None for a job without
+    calendars. A claimed time that is not an occurrence of the schedule (a trigger: someone
+    asked for a run now) is never excluded."""
+    if not calendars or schedule is None:
+        return None
+    trigger_ms = None
+    if jittered_occurrence_ms(job_id, schedule, claimed_ms, jitter_ms) is None:
+        trigger_ms = claimed_ms
+    return lambda ms: None if ms == trigger_ms else excluding_calendar(calendars, ms)
 
 
 def jittered_ms(job_id: str, occurrence_ms: int, jitter_ms: int) -> int:

@@ -137,6 +137,12 @@ class Job(models.Model):
         db_default=0,
         help_text="Spread each occurrence over [0, jitter) ms, the same every time.",
     )
+    # db_default: the job writer's COPY and the workflow engine's own INSERT leave it out.
+    calendars = ArrayField(
+        models.CharField(max_length=100), default=list, blank=True,
+        db_default=models.Value([], output_field=ArrayField(models.CharField(max_length=100))),
+        help_text="Names of the tenant's exclusion calendars (scheduler.calendars): an "
+        "occurrence on a day one of them excludes is skipped.")
     timer_key = models.GeneratedField(
         expression=TimerKey("job_id"), output_field=models.BigIntegerField(), db_persist=True
     )
@@ -361,3 +367,44 @@ class JobCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.status} {self.jobs:+d}"
+
+
+class CalendarQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant | uuid.UUID | str) -> CalendarQuerySet:
+        tenant_id = tenant.tenant_id if isinstance(tenant, Tenant) else tenant
+        return self.filter(tenant_id=tenant_id)
+
+
+class Calendar(models.Model):
+    """A tenant's named exclusion calendar: local days of its time zone on which the jobs that
+    name it do not fire (dates, date ranges and cron day rules; :mod:`scheduler.calendars`
+    reads them). Jobs name it in ``Job.calendars``; one referenced by a job is not deleted or
+    renamed (:mod:`scheduler.calendar_store`)."""
+
+    calendar_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="calendars",
+                               db_index=False)
+    name = models.CharField(max_length=100)
+    timezone = models.CharField(max_length=64, default="UTC")
+    description = models.TextField(blank=True, default="")
+    dates = models.JSONField(default=list, blank=True,
+                             help_text='Days excluded, e.g. ["2026-12-25", "2027-01-01"].')
+    ranges = models.JSONField(default=list, blank=True,
+                              help_text='Ranges of days excluded, both ends included, e.g. '
+                              '["2026-12-24/2027-01-02"].')
+    rules = models.JSONField(default=list, blank=True,
+                             help_text='Cron day fields (day-of-month month day-of-week), e.g. '
+                             '["* * SAT,SUN", "25 DEC *"].')
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = CalendarQuerySet.as_manager()
+
+    class Meta:
+        db_table = "chrono_calendar"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="calendar_tenant_name_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

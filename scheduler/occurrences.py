@@ -62,6 +62,7 @@ class DueJob:
     idempotency_key: str | None
     interval_ms: int | None = None
     anchor_ms: int | None = None
+    calendars: tuple[str, ...] = ()  # names of the tenant's exclusion calendars
 
     @property
     def is_active(self) -> bool:
@@ -83,14 +84,14 @@ _JOB_COLUMNS = (
     "j.job_id, j.tenant_id, j.job_type, j.args, j.kwargs, j.queue, j.cron_expression, "
     "j.timezone, j.status, j.next_run_at, j.misfire_policy, j.misfire_fire_all_limit, "
     "j.jitter_ms, j.retry_policy, j.max_retries, j.soft_timeout_ms, j.hard_timeout_ms, "
-    "j.overlap_policy, j.idempotency_key, j.interval_ms, j.interval_anchor"
+    "j.overlap_policy, j.idempotency_key, j.interval_ms, j.interval_anchor, j.calendars"
 )
 
 
 def _due_job(row: tuple) -> DueJob:
     job_id, tenant_id, job_type, args, kwargs, queue, cron, tz, status, next_run = row[:10]
     (policy, fire_all_limit, jitter_ms, retry_policy, max_retries, soft, hard, overlap,
-     idempotency_key, interval_ms, interval_anchor) = row[10:]
+     idempotency_key, interval_ms, interval_anchor, calendars) = row[10:]
     return DueJob(
         job_id=str(job_id),
         tenant_id=str(tenant_id),
@@ -111,6 +112,7 @@ def _due_job(row: tuple) -> DueJob:
         idempotency_key=idempotency_key,
         interval_ms=interval_ms,
         anchor_ms=None if interval_anchor is None else datetime_to_ms(interval_anchor),
+        calendars=tuple(calendars) if calendars else (),
     )
 
 

@@ -90,3 +90,20 @@ def interval_ms_of(every: object) -> int:
             not math.isfinite(seconds):
         raise InvalidJob(f"every= takes seconds or a timedelta, got {every!r}", field="every")
     return round(seconds * 1000)
+
+
+def calendars(names: object, *, given: bool = False) -> dict[str, object]:
+    """``calendars=`` (names of the tenant's exclusion calendars; a list, a tuple or another
+    iterable of them, not one string) as the spec's ``calendars``: left out when empty unless
+    ``given`` (a change to no calendars). The names' rules are :mod:`scheduler.specs`'."""
+    if isinstance(names, str):
+        raise InvalidJob(f"calendars= takes a list of calendar names, got the string {names!r};"
+                         f" write [{names!r}]", field="calendars")
+    if names is None:
+        names = ()
+    try:
+        listed = list(names)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidJob(f"calendars= takes a list of calendar names, got "
+                         f"{type(names).__name__}", field="calendars") from None
+    return {"calendars": listed} if listed or given else {}

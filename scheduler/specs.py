@@ -39,6 +39,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import ClassVar
 
+from scheduler.calendars import calendar_names_problem
 from scheduler.clock import datetime_to_ms
 from scheduler.cron import CronSchedule, parse_cron, validate_timezone
 from scheduler.errors import (
@@ -87,10 +88,10 @@ INTERVAL_FIELDS = ("interval_ms", "interval_anchor")
 CREATE_FIELDS = (
     "job_type", "name", "queue", "args", "kwargs", "max_retries",
     "run_at", "delay_ms", "cron_expression", "interval_ms", "interval_anchor", "timezone",
-    *OPTION_FIELDS,
+    *OPTION_FIELDS, "calendars",
 )  # fmt: skip
 UPDATE_FIELDS = ("run_at", "cron_expression", "timezone", *INTERVAL_FIELDS, "max_retries",
-                 *OPTION_FIELDS)
+                 *OPTION_FIELDS, "calendars")
 OPTION_CHANGE_FIELDS = frozenset(("max_retries", *OPTION_FIELDS))
 _CREATE_FIELD_SET = frozenset(CREATE_FIELDS)
 # The fields of a bulk item that the fast path (_plain_spec) takes; any other goes the full way.
@@ -167,6 +168,9 @@ class JobSpec:
     # A cron expression with H: its first occurrence is computed again once the job has its id
     # (the hash key), after this time (scheduler.job_writer.first_fire_ms).
     hashed_after_ms: int | None = None
+    # Names of the tenant's exclusion calendars (checked against the tenant's calendars by the
+    # job writer: scheduler.calendar_store).
+    calendars: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,16 +225,34 @@ def checked_spec(item: object, limits: Limits) -> JobSpec:
         kind = "cron" if item.keys() & {"cron_expression", "interval_ms"} else "one-time"
         options = parse_options(item, DEFAULT_OPTIONS, errors, kind=kind, schedule=schedule,
                                 now_ms=limits.now_ms)
+    calendars = _calendars(item, errors, recurring=bool(
+        item.keys() & {"cron_expression", "interval_ms"}))
     if errors:
         raise SpecInvalid(errors, too_large=too_large, causes=causes)
     if isinstance(schedule, IntervalSchedule):
         return JobSpec(job_type, name, queue, args, kwargs, args_json, kwargs_json, None,
                        timezone, fire_at_ms, options, interval_ms=schedule.period_ms,
-                       anchor_ms=schedule.anchor_ms)
+                       anchor_ms=schedule.anchor_ms, calendars=calendars)
     hashed_after_ms = limits.now_ms if schedule is not None and schedule.hashed else None
     return JobSpec(job_type, name, queue, args, kwargs, args_json, kwargs_json,
                    schedule.expression if schedule else None, timezone, fire_at_ms, options,
-                   hashed_after_ms=hashed_after_ms)
+                   hashed_after_ms=hashed_after_ms, calendars=calendars)
+
+
+def _calendars(item: Mapping, errors: Errors, *, recurring: bool) -> tuple[str, ...]:
+    """A job's ``calendars``: names of the tenant's exclusion calendars, for recurring jobs
+    (whether the tenant has them is the job writer's to check)."""
+    if "calendars" not in item:
+        return ()
+    value = item["calendars"]
+    if problem := calendar_names_problem(value):
+        errors["calendars"] = [problem]
+        return ()
+    if value and not recurring:
+        errors["calendars"] = ["calendars apply to cron and interval jobs only (a one-time "
+                               "job fires at the time it was given); leave it out."]
+        return ()
+    return tuple(value)
 
 
 def check_declaration(item: object, limits: Limits) -> None:
@@ -252,6 +274,7 @@ def check_declaration(item: object, limits: Limits) -> None:
         schedule = _interval(item, limits, errors)[0]
     parse_options(item, DEFAULT_OPTIONS, errors, kind="cron", schedule=schedule,
                   now_ms=limits.now_ms)
+    _calendars(item, errors, recurring=True)
     if errors:
         raise SpecInvalid(errors, causes=causes)
 
@@ -346,6 +369,11 @@ def parse_update(item: object, limits: Limits) -> dict[str, object]:
         if anchor_ms is not None:
             changes["interval_anchor"] = anchor_ms
     changes |= {key: item[key] for key in OPTION_CHANGE_FIELDS if key in item}
+    if "calendars" in item:
+        if problem := calendar_names_problem(item["calendars"]):
+            errors["calendars"] = [problem]
+        else:
+            changes["calendars"] = tuple(item["calendars"])
     if errors:
         raise SpecInvalid(errors)
     return changes
@@ -358,6 +386,10 @@ def plan_change(job: object, changes: Mapping[str, object], *, now_ms: int) -> J
     new soft timeout against the hard one it keeps, a new schedule against the jitter it keeps).
     Raises :class:`SpecInvalid`."""
     _check_timing_fields(job, changes)
+    if changes.get("calendars") and not (job.cron_expression or getattr(job, "interval_ms",
+                                                                        None)):
+        raise SpecInvalid({"calendars": ["calendars apply to cron and interval jobs only; "
+                                         "this is a one-time job."]})
     schedule: Schedule | None = None
     if job.cron_expression and changes.keys() & {"cron_expression", "timezone"}:
         schedule = _new_schedule(job, changes)

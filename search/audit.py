@@ -80,6 +80,9 @@ EXECUTION_MISSED = "execution.missed"
 WORKER_UP = "worker.up"
 WORKER_DOWN = "worker.down"
 WORKFLOW_DEFINED = "workflow.defined"
+CALENDAR_CREATED = "calendar.created"
+CALENDAR_CHANGED = "calendar.changed"
+CALENDAR_DELETED = "calendar.deleted"
 WORKFLOW_RUN_STARTED = "workflow.run_started"
 WORKFLOW_RUN_ENDED = "workflow.run_ended"
 WORKFLOW_RUN_CANCEL_REQUESTED = "workflow.run_cancel_requested"
@@ -132,6 +135,11 @@ ACTIONS: dict[str, Action] = {
         Action(WORKFLOW_RUN_RETRIED, SUCCESS, "info", _EXEC, "change",
                "Workflow run retried from failure by {actor}"),
         Action(WORKFLOW_STEP_CHANGED, UNKNOWN, "info", _EXEC, "change", "Workflow step changed"),
+        # Exclusion calendars: the message (naming the calendar) is written by the caller, the
+        # calendar's fields are in the row's data.
+        Action(CALENDAR_CREATED, SUCCESS, "info", _JOB, "creation", "Calendar created"),
+        Action(CALENDAR_CHANGED, SUCCESS, "info", _JOB, "change", "Calendar changed"),
+        Action(CALENDAR_DELETED, SUCCESS, "info", _JOB, "deletion", "Calendar deleted"),
     )
 }
 
@@ -287,6 +295,7 @@ def job_data(job: Any) -> dict[str, Any]:
         "misfire_policy": job.misfire_policy if cron else None,
         "misfire_fire_all_limit": job.misfire_fire_all_limit if cron else None,
         "jitter_ms": (job.jitter_ms or None) if cron else None,
+        "calendars": list(getattr(job, "calendars", None) or []) or None,
     }
     return {key: value for key, value in fields.items() if value not in (None, "")}
 

@@ -44,13 +44,15 @@ def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None =
     """Check every item: the result holds the errors of the invalid ones; the valid ones are
     returned as their indexes and specs, in order. With ``tenant_id``, an item whose task or
     queue the tenant was not granted is refused (field ``job_type``, the message of the REST
-    API's 403)."""
+    API's 403), and one naming calendars the tenant has not got, or that leave it no
+    occurrence (field ``calendars``)."""
     result = BulkResult(ids=[None] * len(items))
     valid: list[int] = []
     specs: list[JobSpec] = []
     errors = result.errors
     # The grant of each task and queue, looked up once per request (most items share theirs).
     refusals: dict[tuple[str, str], str | None] = {}
+    calendar_refusals: dict[tuple, str | None] = {}  # by job_writer.calendar_key
     for index, item in enumerate(items):
         if isinstance(item, MalformedLine):
             errors.append({"index": index, "field": NON_FIELD, "message": item.message})
@@ -69,6 +71,13 @@ def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None =
             if refused := refusals[pair]:
                 errors.append({"index": index, "field": "job_type", "message": refused})
                 continue
+            if spec.calendars:
+                key = job_writer.calendar_key(spec)
+                if key not in calendar_refusals:
+                    calendar_refusals[key] = job_writer.calendar_refusal(tenant_id, spec)
+                if refused := calendar_refusals[key]:
+                    errors.append({"index": index, "field": "calendars", "message": refused})
+                    continue
         valid.append(index)
         specs.append(spec)
     return result, valid, specs

@@ -26,6 +26,7 @@ from chronoadmin.api.errors import (
     api_field,
 )
 from scheduler.errors import (
+    CalendarInUse,
     InvalidJob,
     InvalidSchedule,
     JobEnded,
@@ -42,7 +43,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF's handler, plus scheduler errors (400/404/413 with the field) and Redis (503)."""
     if isinstance(exc, TaskNotGranted):
         exc = TaskNotGrantedError(exc.message)
-    elif isinstance(exc, JobEnded):
+    elif isinstance(exc, JobEnded | CalendarInUse):
         exc = Conflict(exc.message)
     elif isinstance(exc, SpecInvalid):
         exc = RequestTooLarge(exc.errors) if exc.too_large else ValidationError(exc.errors)

@@ -159,6 +159,12 @@ class _CronOptionsSerializer(serializers.Serializer):
         help_text="Delay each occurrence by a fixed spread in [0, jitter_ms), below the gap "
         "between occurrences (default 0).",
     )
+    calendars = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=10,
+        help_text="Names of the tenant's exclusion calendars (/api/v1/calendars/): an "
+        "occurrence on a day one of them excludes is skipped, recorded SKIPPED with the reason "
+        "'calendar <name>'. A PATCH replaces the list ([]: none).",
+    )
 
 
 class _JobBasicsSerializer(serializers.Serializer):
@@ -287,7 +293,7 @@ class JobSerializer(serializers.ModelSerializer):
             "interval_anchor", "timezone", "next_run_at",
             "queue", "args", "kwargs", "max_retries", "retry_policy", "soft_timeout_ms",
             "hard_timeout_ms", "overlap_policy", "misfire_policy", "misfire_fire_all_limit",
-            "jitter_ms", "retry_count", "created_at", "updated_at", "cancelled_at",
+            "jitter_ms", "calendars", "retry_count", "created_at", "updated_at", "cancelled_at",
         )  # fmt: skip
         read_only_fields = fields
 

@@ -6,6 +6,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from chronoadmin.api import schema  # noqa: F401 -- registers the schema extensions
+from chronoadmin.api.calendars import CalendarViewSet
 from chronoadmin.api.views import (
     ApiKeyViewSet,
     ExecutionViewSet,
@@ -19,6 +20,7 @@ from chronoadmin.api.workflows import WorkflowRunViewSet, WorkflowViewSet
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
 router.register("executions", ExecutionViewSet, basename="execution")
+router.register("calendars", CalendarViewSet, basename="calendar")
 router.register("workers", WorkerViewSet, basename="worker")
 router.register("tenants", TenantAdminViewSet, basename="tenant")
 router.register("api-keys", ApiKeyViewSet, basename="api-key")

@@ -74,7 +74,7 @@ def test_invalid_items_are_reported_by_index_and_field_and_valid_ones_are_create
             "Unknown field; the fields are: job_type, name, queue, args, kwargs, max_retries, "
             "run_at, delay_ms, cron_expression, interval_ms, interval_anchor, timezone, "
             "retry_policy, soft_timeout_ms, hard_timeout_ms, overlap_policy, misfire_policy, "
-            "misfire_fire_all_limit, jitter_ms.")},
+            "misfire_fire_all_limit, jitter_ms, calendars.")},
         {"index": 3, "field": "delay_ms", "message": (
             "Is negative (-1); use 0 or more milliseconds from now.")},
         {"index": 4, "field": "non_field_errors", "message": (

@@ -143,11 +143,15 @@ def test_no_operation_answers_a_server_error_or_outside_its_schema(
 def first_tenant_ids(tenant_api, existing_ids):
     """Every kind of id a path can hold, of objects of the first tenant (and a worker)."""
     from chronocore.models import TaskGrant
+    from scheduler.models import Calendar
     from workflows import engine
 
     definition = engine.define(tenant_api.tenant, {"name": "fuzz-flow", "steps": [
         {"key": "a", "task": "tests.noop"}]}, by="fuzz")
     run = engine.start_run("fuzz-flow", tenant=tenant_api.tenant, by="fuzz")
+    # "name" is a calendar's too (/api/v1/calendars/{name}/): one of that name exists.
+    Calendar.objects.create(tenant=tenant_api.tenant, name=definition.name,
+                            rules=["* * SAT,SUN"])
     return {
         **existing_ids,
         "name": definition.name,

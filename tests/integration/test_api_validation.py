@@ -105,7 +105,7 @@ def test_unknown_fields_are_refused_with_a_suggestion(tenant_api):
     fields = ("job_type, name, queue, args, kwargs, max_retries, run_at, delay_ms, "
               "cron_expression, interval_ms, interval_anchor, timezone, retry_policy, "
               "soft_timeout_ms, hard_timeout_ms, "
-              "overlap_policy, misfire_policy, misfire_fire_all_limit, jitter_ms")
+              "overlap_policy, misfire_policy, misfire_fire_all_limit, jitter_ms, calendars")
     assert response.json() == {
         "run_time": [f"Unknown field; did you mean 'run_at'? the fields are: {fields}."],
         "priority": [f"Unknown field; the fields are: {fields}."],
@@ -220,7 +220,7 @@ def test_patch_with_nothing_or_unknown_fields_is_refused(tenant_api):
     fields = ("run_at, cron_expression, timezone, interval_ms, interval_anchor, max_retries, "
               "retry_policy, soft_timeout_ms, "
               "hard_timeout_ms, overlap_policy, misfire_policy, misfire_fire_all_limit, "
-              "jitter_ms")
+              "jitter_ms, calendars")
     assert response.json() == {"non_field_errors": [f"Nothing to change: give one of {fields}."]}
     response = tenant_api.patch_json(f"{JOBS}{job_id}/", {"queue": "other"})
     assert response.status_code == 400
@@ -387,7 +387,7 @@ def test_an_unknown_field_or_choice_with_a_control_character_is_quoted_escaped(t
                           "max_retries, run_at, delay_ms, cron_expression, interval_ms, "
                           "interval_anchor, timezone, retry_policy, soft_timeout_ms, "
                           "hard_timeout_ms, overlap_policy, "
-                          "misfire_policy, misfire_fire_all_limit, jitter_ms."],
+                          "misfire_policy, misfire_fire_all_limit, jitter_ms, calendars."],
         "overlap_policy": ["'skip\\u001b' is not an overlap policy; use one of allow, skip, "
                            "buffer_one, cancel_previous."],
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -46,3 +47,38 @@ def test_explain_prints_words_before_the_times() -> None:
 def test_a_bad_expression_names_its_field() -> None:
     with pytest.raises(CommandError, match="day-of-week field '5#9'"):
         preview("0 9 * * 5#9")
+
+
+def test_a_calendar_file_leaves_out_its_days(tmp_path) -> None:
+    weekend = tmp_path / "weekend.json"
+    # As GET /api/v1/calendars/{name}/ returns it: the API's own fields are ignored.
+    weekend.write_text(json.dumps({"calendar_id": "ignored", "name": "weekend", "jobs": 0,
+                                   "timezone": "America/New_York", "rules": ["* * SAT,SUN"]}))
+    christmas = tmp_path / "christmas.json"
+    christmas.write_text(json.dumps([{"name": "christmas", "timezone": "Asia/Tokyo",
+                                      "dates": ["2026-12-24"]}]))
+    lines, _ = preview("0 9 * * *", "--tz", "America/New_York", "-n", "3", "--after",
+                       "2026-12-23T00:00:00-05:00", "--calendar", str(weekend),
+                       "--calendar", str(christmas))
+    # 09:00 New York on the 23rd is 23:00 Tokyo (kept); on the 24th 23:00 Tokyo, the 24th
+    # there (left out); the 26th and 27th are the weekend.
+    assert lines == ["2026-12-23T09:00:00-05:00", "2026-12-25T09:00:00-05:00",
+                     "2026-12-28T09:00:00-05:00"]
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ('{"name": "x", "timezone": "Mars/Base"}', "timezone:"),
+    ('[{"name": "x"}, {"name": "y", "dates": ["soon"]}]', "[1]: dates[0]:"),
+    ("not json", "not JSON"),
+])
+def test_a_bad_calendar_file_names_the_file_and_the_field(tmp_path, content, words) -> None:
+    path = tmp_path / "calendar.json"
+    path.write_text(content)
+    with pytest.raises(CommandError, match="--calendar") as error:
+        preview("0 9 * * *", "--calendar", str(path))
+    assert words in str(error.value)
+
+
+def test_a_missing_calendar_file_is_named(tmp_path) -> None:
+    with pytest.raises(CommandError, match="cannot read it"):
+        preview("0 9 * * *", "--calendar", str(tmp_path / "none.json"))
