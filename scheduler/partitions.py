@@ -204,6 +204,9 @@ def drop_day(day: date, *, dry_run: bool = False) -> DropOutcome:
     name = connection.ops.quote_name(table)
     with transaction.atomic(), connection.cursor() as cursor:
         _lock_timeout(cursor)
+        # The tenant foreign key is checked at commit: a row written in the caller's
+        # transaction leaves a pending check that DROP refuses to outlive; run them now.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(f"ALTER TABLE {PARENT} DETACH PARTITION {name}")
         reason = keep_reason(table)
         if reason is not None:

@@ -63,7 +63,8 @@ BEGIN
   CREATE TABLE chrono_execution_default PARTITION OF chrono_execution DEFAULT;
   FOR d IN
     SELECT DISTINCT (scheduled_for AT TIME ZONE 'UTC')::date FROM chrono_execution_unpartitioned
-    UNION SELECT generate_series(today - 1, today + 7, interval '1 day')::date
+    UNION SELECT generate_series((today - 1)::timestamp, (today + 7)::timestamp,
+                                 interval '1 day')::date
   LOOP
     EXECUTE format('CREATE TABLE %I PARTITION OF chrono_execution FOR VALUES FROM (%L) TO (%L)',
                    'chrono_execution_p' || to_char(d, 'YYYYMMDD'),

@@ -230,7 +230,9 @@ def test_a_second_pass_while_one_runs_skips_its_turn():
         assert not report.ran
         assert report.lines() == ["another retention pass is running: nothing done"]
     finally:
-        other.close()  # the session's lock goes with it
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtextextended('chrono-retention', 0))")
+        other.close()
     assert run_retention(get_config()).ran
 
 
