@@ -76,6 +76,8 @@ class ReaperCounters:
     failed_iterations: int = 0
     retention_passes: int = 0
     partitions_dropped: int = 0
+    # Expired days the last retention pass kept (a gauge).
+    partitions_kept: int = 0
     # Per queue: executions flagged as undelivered, and flags taken off (a consumer came).
     undelivered_flagged: Counter[str] = field(default_factory=Counter)
     undelivered_cleared: Counter[str] = field(default_factory=Counter)
@@ -155,6 +157,7 @@ class Reaper:
         if report is not None:
             self.counters.retention_passes += 1
             self.counters.partitions_dropped += len(report.dropped)
+            self.counters.partitions_kept = len(report.kept) + len(report.failed)
         return report
 
     def check_undelivered(self) -> None:

@@ -14,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from chronocore.config import get_config
+from reaper.metrics import ReaperCollector
 from reaper.reaper import Reaper
 from scheduler import api, partitions
 from scheduler.clock import ms_to_datetime, now_ms
@@ -259,6 +260,10 @@ def test_the_reaper_scans_recent_days_each_pass_and_every_day_after_a_retention_
         reaper.run_once()
         assert Execution.objects.get(pk=old.pk).status != "RUNNING"
         assert reaper.counters.retention_passes == 1
+        series = {family.name: family.samples[0].value
+                  for family in ReaperCollector(reaper).collect() if family.samples}
+        assert series["chrono_reaper_retention_passes"] == 1
+        assert series["chrono_reaper_expired_partitions_kept"] == 0
     finally:
         reaper.publisher.close()
         reaper.inspector.close()
