@@ -267,3 +267,26 @@ def test_the_reaper_scans_recent_days_each_pass_and_every_day_after_a_retention_
     finally:
         reaper.publisher.close()
         reaper.inspector.close()
+
+
+def test_the_checks_that_keep_a_day_probe_indexes_and_never_scan_the_day(job):
+    """They run while the parent's exclusive lock is held: a scan of a day of 100 M rows there
+    would stop the beat for minutes."""
+    day = TODAY - timedelta(days=20)
+    partitions.create_day(day)
+    start, _ = partitions.day_bounds(day)
+    table = partitions.partition_name(day)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
+            "scheduled_for, status, error, logs_url, fencing_token) SELECT gen_random_uuid(), "
+            "%s, %s, 1, %s + n * interval '1 second', 'SUCCEEDED', '', '', 1 "
+            "FROM generate_series(1, 20000) AS n", [job.job_id, job.tenant_id, start])
+        cursor.execute(f"ANALYZE {table}")
+        cursor.execute("ANALYZE search_auditevent")
+        cursor.execute("ANALYZE chrono_execution_end")
+        for _, check in partitions._KEEP_CHECKS:
+            cursor.execute("EXPLAIN " + check.format(executions=table))
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert f"Seq Scan on {table}" not in plan, plan
+    assert partitions.keep_reason(table) is None
