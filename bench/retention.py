@@ -7,7 +7,7 @@ retention), filled with ``--rows`` finished executions of the benchmark tenant b
 measured steps are the pass's own functions: :func:`scheduler.partitions.create_day` (an empty
 day, attached) and :func:`scheduler.partitions.drop_day` (detach, the checks on the detached
 table, drop). The issue's bound is a day dropped in at most 1 s (a day holds 100 M rows at the
-brief's rate: ``--rows 100000000`` needs ~40 GB of disk).
+brief's rate: ``--rows 100000000`` needs tens of GB of disk).
 
 Prints ``drop_ms`` and ``create_ms`` (p50/p95/p99/max over the repeats), ``rows_per_day`` and
 ``setup_s``. Everything it created is dropped by the measurement itself.
