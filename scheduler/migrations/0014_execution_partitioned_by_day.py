@@ -12,7 +12,7 @@
 # and the model state needs no migration. The beat's ON CONFLICT names (execution_id,
 # scheduled_for), the unique index that exists.
 #
-# The conversion copies the rows (one statement; a table of 10 M rows takes minutes, under an
+# The conversion copies the rows (one statement; not measured, but expect minutes for 10 M rows, under an
 # exclusive lock: run it in a maintenance window) and re-creates on the new table every index,
 # foreign key and trigger the old one had, read from the catalog, so what earlier migrations
 # built (chrono_execution_ended, the partial indexes) is kept exactly. The reverse does the same
