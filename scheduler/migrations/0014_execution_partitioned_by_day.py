@@ -12,8 +12,8 @@
 # and the model state needs no migration. The beat's ON CONFLICT names (execution_id,
 # scheduled_for), the unique index that exists.
 #
-# The conversion copies the rows (one statement; not measured, but expect minutes for 10 M rows, under an
-# exclusive lock: run it in a maintenance window) and re-creates on the new table every index,
+# The conversion copies the rows (one statement under an exclusive lock; not measured, expect
+# minutes for 10 M rows: stop the beats, workers and reaper first) and re-creates on the new table every index,
 # foreign key and trigger the old one had, read from the catalog, so what earlier migrations
 # built (chrono_execution_ended, the partial indexes) is kept exactly. The reverse does the same
 # back into a plain table with the primary key (execution_id).
