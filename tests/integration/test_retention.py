@@ -290,3 +290,35 @@ def test_the_checks_that_keep_a_day_probe_indexes_and_never_scan_the_day(job):
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert f"Seq Scan on {table}" not in plan, plan
     assert partitions.keep_reason(table) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_day_whose_lock_is_not_granted_in_time_is_left_for_the_next_pass(tenant, capsys):
+    """A long transaction reading the table holds its lock: the pass waits at most
+    LOCK_TIMEOUT_MS for it (the writers queued behind it wait no longer), leaves the day
+    attached, says so and exits 1; once the reader is gone, the next pass drops it."""
+    from django.core.management.base import CommandError
+    from django.db import connections
+
+    day = TODAY - timedelta(days=25)
+    partitions.create_day(day)
+    reader = connections.create_connection("default")
+    try:
+        with reader.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT count(*) FROM chrono_execution")
+        started = now_ms()
+        with pytest.raises(CommandError, match="1 partitions could not be changed"):
+            call_command("retention")
+        waited_ms = now_ms() - started
+        assert partitions.LOCK_TIMEOUT_MS <= waited_ms < partitions.LOCK_TIMEOUT_MS + 10_000
+        assert "lock timeout" in capsys.readouterr().out
+        assert day in partitions.existing_days()
+        with reader.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+        report = run_retention(get_config())
+        assert [o.day for o in report.dropped] == [day]
+    finally:
+        reader.close()
+        if day in partitions.existing_days():
+            partitions.drop_day(day)
