@@ -9,8 +9,7 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 BENCHMARKS = ("dispatch", "drain", "failover", "timers", "heartbeats", "recovery", "ingest",
-              "indexer", "workflow", "dashboard", "burst", "schedule-many", "logs",
-              "retention")
+              "indexer", "workflow", "dashboard", "burst", "schedule-many", "logs")
 
 
 class Command(BaseCommand):
