@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta
 
+from bench.ceilings import reports_ceilings
 from bench.common import summarize_ms
 from bench.platform import bench_platform, clean_up
 from chronocore import grants
@@ -136,6 +137,7 @@ def _start_lateness(rows: list[tuple], at: datetime) -> list[float]:
     return [(started - at) / timedelta(milliseconds=1) for _, started in rows if started]
 
 
+@reports_ceilings(figure="minutes.0.publish_rate_per_s", of="amqp_publish_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     other = _other_tenant() if args.other_tenant_jobs else None

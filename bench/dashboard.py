@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
+from bench.ceilings import reports_ceilings
 from bench.common import summarize_ms
 from bench.platform import bench_platform, lateness_report
 from chronocore.pgcopy import NULL, TimestampText, copy_rows
@@ -340,6 +341,7 @@ def _start_web(platform, workers: int) -> int:
     return port
 
 
+@reports_ceilings()
 def run(argv: list[str]) -> dict[str, object]:
     from chronoadmin.dashboard import DASHBOARD_CACHE_S
 

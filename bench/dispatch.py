@@ -27,6 +27,7 @@ import os
 
 from django.db.models import QuerySet
 
+from bench.ceilings import reports_ceilings
 from bench.common import cpu_by_role, processes_on_cpus, queue_depth, rabbitmq_pids
 from bench.platform import bench_platform, lateness_report
 from localservices.processes import wait_until
@@ -64,6 +65,7 @@ def _pinning(pin: bool) -> tuple[set[int], set[int]]:
     return {cpus[0]}, set(cpus[1:])
 
 
+@reports_ceilings(figure="rate_per_s", of="amqp_publish_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     dispatch_cpus, worker_cpus = _pinning(args.pin)

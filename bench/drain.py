@@ -17,6 +17,7 @@ import argparse
 
 from django.db.models import Count, Max, Min
 
+from bench.ceilings import reports_ceilings
 from bench.common import cpu_by_role, queue_depth
 from bench.platform import bench_platform
 from localservices.processes import wait_until
@@ -31,6 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@reports_ceilings(figure="rate_per_s", of="cpu_loops_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     with bench_platform("drain") as platform:

@@ -16,6 +16,7 @@ import signal
 import time
 from datetime import timedelta
 
+from bench.ceilings import reports_ceilings
 from bench.common import queue_depth, summarize_ms
 from bench.platform import bench_platform
 from chronocore.config import get_config
@@ -35,6 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@reports_ceilings()
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     jobs = int(args.rate * args.seconds)

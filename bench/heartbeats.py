@@ -15,6 +15,7 @@ import time
 
 from django.db import connection
 
+from bench.ceilings import reports_ceilings
 from bench.common import ensure_platform_ready, summarize_ms
 from chronocore.config import get_config
 from reaper.models import Worker
@@ -56,6 +57,7 @@ def _sender(ids: list[str], interval_s: float, start: float, stop: float, lags: 
         connection.close()
 
 
+@reports_ceilings(figure="rate_per_s", of="cpu_loops_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     ensure_platform_ready()

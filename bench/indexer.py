@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from bench.ceilings import reports_ceilings
 from bench.common import ensure_platform_ready, machine, process_group
 from chronocore.config import get_config
 from localservices.processes import REPO_ROOT
@@ -57,6 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@reports_ceilings(figure="rate_per_s", of="cpu_loops_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     ensure_platform_ready()

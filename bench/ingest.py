@@ -23,6 +23,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.ceilings import reports_ceilings
 from bench.common import ensure_platform_ready, machine, summarize_ms
 from bench.platform import clean_up, use_bench_redis_db
 from chronocore import grants
@@ -124,6 +125,7 @@ def wait_for_web(web: ChronoProcess, port: int, api_key: str) -> None:
     web.wait_until(answers, timeout_s=60, what="answering HTTP")
 
 
+@reports_ceilings(figure="rate_per_s", of="copy_rows_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     use_bench_redis_db(INGEST_REDIS_DB)

@@ -32,6 +32,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from bench.ceilings import reports_ceilings
 from bench.common import cpu_by_role, machine, summarize_ms, wait_for_worker
 from bench.platform import BenchPlatform, bench_platform
 from chronocore.config import get_config
@@ -63,6 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@reports_ceilings(figure="documents_per_s", of="cpu_loops_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     namespace = f"bench{uuid.uuid4().hex[:8]}"

@@ -15,6 +15,7 @@ import argparse
 import signal
 import time
 
+from bench.ceilings import reports_ceilings
 from bench.common import summarize_ms, wait_for_worker
 from bench.platform import bench_platform
 from chronoadmin.builtin_tasks import BENCH_RUNS_KEY
@@ -39,6 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@reports_ceilings()
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     settings = {"execution_lease_ttl_ms": args.lease_ttl_ms,

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.ceilings import reports_ceilings
 from bench.common import ensure_platform_ready, machine
 from bench.ingest import free_port, post_batch, start_web, wait_for_web
 from bench.platform import BENCH_REDIS_DB, clean_up, use_bench_redis_db
@@ -95,6 +96,7 @@ def _phase(name: str, tenant: Tenant, batches, call) -> dict[str, object]:
             f"{name}_lost": created - timers}
 
 
+@reports_ceilings(figure="rate_per_s", of="copy_rows_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     use_bench_redis_db(BENCH_REDIS_DB)

@@ -14,6 +14,7 @@ import os
 import random
 import time
 
+from bench.ceilings import reports_ceilings
 from bench.platform import bench_platform, lateness_report
 from localservices.processes import wait_until
 from scheduler.clock import now_ms
@@ -48,6 +49,7 @@ def load_timers(count: int) -> float:
     return time.monotonic() - started
 
 
+@reports_ceilings(figure="load_rate_per_s", of="cpu_loops_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     with bench_platform("timers") as platform:

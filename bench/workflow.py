@@ -35,6 +35,7 @@ from datetime import timedelta
 from django.db import connection
 from django.db.models import Count
 
+from bench.ceilings import reports_ceilings
 from bench.common import summarize_ms
 from bench.platform import bench_platform
 from localservices.processes import wait_until
@@ -138,6 +139,7 @@ def _parents_by_step(specs: list[dict]) -> dict[str, list[str]]:
     return parents
 
 
+@reports_ceilings(figure="rate_per_s", of="cpu_loops_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     specs = definitions(args.fanout, sleeps=args.step_ms > 0)
