@@ -7,8 +7,9 @@ the same way, so the systems are compared on one rule.
 An occurrence is a (key, due time) pair. A one-time job's start carries its due time. A cron
 entry's start of a scheduler that does not tell which minute it fired for (Celery beat,
 django-celery-beat, RedBeat) is given the latest measured minute at or before its publish (its
-start when no publish time is known), allowing ``EARLY_MS`` (500 ms) for a scheduler that fires a little
-early; a start before every measured minute counts as ``unexpected``.
+start when no publish time is known), allowing ``EARLY_MS`` (500 ms) for a scheduler that fires
+a little early; a start before every measured minute, or of the minute after the last one,
+counts as ``unexpected``.
 """
 
 from __future__ import annotations
