@@ -9,7 +9,8 @@ import logging
 from django.core.management.base import BaseCommand, CommandError
 
 BENCHMARKS = ("dispatch", "drain", "failover", "timers", "heartbeats", "recovery", "ingest",
-              "indexer", "workflow", "dashboard", "burst", "schedule-many", "logs")
+              "indexer", "workflow", "dashboard", "burst", "schedule-many", "logs",
+              "peers")
 
 
 class Command(BaseCommand):
