@@ -131,7 +131,7 @@ def run(argv: list[str]) -> dict[str, object]:
     rows: list[dict[str, object]] = []
     try:
         group = process_group("peers-setup")
-        PeerProcesses(python, group, _peer_env()).run(["peers_setup.py", "migrate"],
+        PeerProcesses(python, group, _peer_env()).run(["-m", "peers_setup", "migrate"],
                                                       timeout_s=120)
         for workload in workloads:
             for system in args.systems:
@@ -147,7 +147,7 @@ def run(argv: list[str]) -> dict[str, object]:
     chart = out_dir / "lateness.png"
     group = process_group("peers-chart")
     PeerProcesses(python, group, _peer_env()).run(
-        ["peers_setup.py", "chart", str(out_dir / "results.json"), str(chart)], timeout_s=120)
+        ["-m", "peers_setup", "chart", str(out_dir / "results.json"), str(chart)], timeout_s=120)
     return {**result, "out_dir": str(out_dir), "chart": str(chart)}
 
 
@@ -199,7 +199,7 @@ def _run_peer(system: str, workload: Workload, python: Path,
         group.stop_all()
         delete_queue_and_exchange(queue)
         if system == "django-celery-beat":
-            peers.run(["peers_setup.py", "dcb-clear"], timeout_s=300)
+            peers.run(["-m", "peers_setup", "dcb-clear"], timeout_s=300)
     return {**report, "completed_in_time": completed,
             **rss.report(pending=expected),
             "logs": str(group.log_dir)}
@@ -210,7 +210,7 @@ def _cron_peer(system: str, entries: int, peers: PeerProcesses, queue: str,
     """Start ``system``'s beat with ``entries`` every minute; the measured minutes, once the
     scheduler is stopped after the last one."""
     if system == "django-celery-beat":
-        peers.run(["peers_setup.py", "dcb-cron", str(entries)], timeout_s=300)
+        peers.run(["-m", "peers_setup", "dcb-cron", str(entries)], timeout_s=300)
     first = _first_minute(lead_ms=15_000 + entries)
     schedule_dir = Path(tempfile.mkdtemp(dir=peers.group.log_dir, prefix="schedule-"))
     env = {"PEERS_CRON_JOBS": str(entries)} if system != "django-celery-beat" else {}
@@ -226,11 +226,11 @@ def _one_time_peer(system: str, jobs: int, peers: PeerProcesses, queue: str) -> 
     if system == "celery-eta":
         # apply_async sends some thousands a second: the first is due once all are sent.
         start_ms = now_ms() + 5_000 + jobs // 2
-        peers.run(["peers_setup.py", "eta", str(jobs), str(start_ms)], timeout_s=600,
+        peers.run(["-m", "peers_setup", "eta", str(jobs), str(start_ms)], timeout_s=600,
                   PEERS_STAMP="0")
         return start_ms
     start_ms = now_ms() + 15_000 + jobs // 5
-    peers.run(["peers_setup.py", "dcb-once", str(jobs), str(start_ms)], timeout_s=600)
+    peers.run(["-m", "peers_setup", "dcb-once", str(jobs), str(start_ms)], timeout_s=600)
     beat = peers.beat(system, queue, Path(tempfile.mkdtemp(dir=peers.group.log_dir)))
     _sleep_until(start_ms + SPREAD_MS + STOP_AFTER_LAST_MS, beat)
     beat.stop()
@@ -251,8 +251,8 @@ def _run_chrono(workload: Workload, python: Path, args: argparse.Namespace, *,
             task_name = "peers.record"
         with RssSampler(worker.pid) as rss:
             if workload.kind == "cron":
-                minutes = [_chrono_cron(platform, task_name, workload.size) + i * MINUTE_MS
-                           for i in range(args.minutes)]
+                first = _chrono_cron(platform, task_name, workload.size)
+                minutes = [first + i * MINUTE_MS for i in range(args.minutes)]
                 expected, due_end = workload.size * len(minutes), minutes[-1]
                 _sleep_until(due_end + STOP_AFTER_LAST_MS, platform.beats["peers-beat-0"])
                 platform.beats["peers-beat-0"].stop()
@@ -263,6 +263,8 @@ def _run_chrono(workload: Workload, python: Path, args: argparse.Namespace, *,
             completed = _wait_for_starts(expected, due_end, args.timeout, count=counter)
             starts = (_execution_start_list(platform) if own_worker else read_starts())
         report = summarize(starts, expected=expected, minutes=minutes)
+    if not own_worker:  # the exchange Celery declared for the queue
+        delete_queue_and_exchange(platform.queue)
     return {**report, "completed_in_time": completed, **rss.report(pending=expected),
             "logs": str(platform.group.log_dir)}
 
@@ -385,7 +387,10 @@ def delete_queue_and_exchange(queue: str) -> None:
         conn.connect()
         channel = conn.channel()
         channel.queue_delete(queue)
-        channel.exchange_delete(queue)
+        try:
+            channel.exchange_delete(queue)
+        except amqp.NotFound:
+            pass
 
 
 class RssSampler:

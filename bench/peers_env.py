@@ -90,13 +90,14 @@ class PeerProcesses:
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("DJANGO_", "CHRONO_", "PYTHON"))}
         self.env.update(env, PYTHONPATH=str(PEERS_PROJECT), PYTHONUNBUFFERED="1",
-                        DJANGO_SETTINGS_MODULE="peers_settings")
+                        PYTHONDONTWRITEBYTECODE="1", DJANGO_SETTINGS_MODULE="peers_settings")
 
     def start(self, name: str, argv: Sequence[str], **env: str) -> ChronoProcess:
         self.group.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.group.log_dir / f"{name}.log"
         with open(log_path, "ab") as log:
-            popen = subprocess.Popen([str(self.python), *argv], cwd=PEERS_PROJECT,
+            # cwd: the log directory, where a peer may leave files (the project is on the path)
+            popen = subprocess.Popen([str(self.python), *argv], cwd=self.group.log_dir,
                                      env={**self.env, **env}, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         child = ChronoProcess(name=name, popen=popen, log_path=log_path)
@@ -107,7 +108,7 @@ class PeerProcesses:
         """A setup command to its end (its output in the log directory)."""
         with tempfile.NamedTemporaryFile("w+", dir=self.group.log_dir, prefix="setup-",
                                          suffix=".log", delete=False) as log:
-            done = subprocess.run([str(self.python), *argv], cwd=PEERS_PROJECT,
+            done = subprocess.run([str(self.python), *argv], cwd=self.group.log_dir,
                                   env={**self.env, **env}, stdout=log,
                                   stderr=subprocess.STDOUT, timeout=timeout_s)
         if done.returncode:
@@ -130,5 +131,6 @@ class PeerProcesses:
                      }[system]
         return self.start(f"{system}-beat", [
             "-m", "celery", "-A", "peers_celery", "beat", "--scheduler", scheduler,
-            "--schedule", str(schedule_dir / "celerybeat-schedule"), "--pidfile", "",
-            "--loglevel", "WARNING"], PEERS_QUEUE=queue, **env)
+            "--schedule", str(schedule_dir / "celerybeat-schedule"),
+            "--pidfile", str(schedule_dir / "beat.pid"), "--loglevel", "WARNING"],
+            PEERS_QUEUE=queue, **env)

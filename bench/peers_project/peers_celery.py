@@ -45,7 +45,6 @@ app.conf.update(
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
     redbeat_redis_url=os.environ.get("PEERS_REDIS_URL"),
-    beat_max_loop_interval=1,
     beat_schedule={
         f"cron-{i}": {"task": "peers.record", "schedule": crontab(),
                       "kwargs": {"key": f"cron-{i}"}}
