@@ -58,8 +58,14 @@ STARTS_KEY = "peers:starts"
 MINUTE_MS = 60_000
 SPREAD_MS = 60_000
 # A scheduler is stopped this long into the minute after the last measured one: a late one
-# may still be publishing the last minute's burst, and none fires the next before its time.
+# may still be publishing the last minute's burst (10 s and 4 ms an entry: ~250 publishes a
+# second, half RedBeat's rate of issue 19, at most 50 s), and none fires the next before its
+# time. What it would have published later counts as missed.
 STOP_AFTER_LAST_MS = 50_000
+
+
+def stop_after_last_ms(entries: int) -> int:
+    return min(STOP_AFTER_LAST_MS, 10_000 + 4 * entries)
 # The records are complete when they stop growing for this long (a peer that missed
 # occurrences never reaches the expected count).
 SETTLED_S = 5.0
@@ -216,7 +222,7 @@ def _cron_peer(system: str, entries: int, peers: PeerProcesses, queue: str,
     env = {"PEERS_CRON_JOBS": str(entries)} if system != "django-celery-beat" else {}
     beat = peers.beat(system, queue, schedule_dir, **env)
     minutes = [first + i * MINUTE_MS for i in range(args.minutes)]
-    _sleep_until(minutes[-1] + STOP_AFTER_LAST_MS, beat)
+    _sleep_until(minutes[-1] + stop_after_last_ms(entries), beat)
     beat.stop()
     return minutes
 
@@ -232,7 +238,7 @@ def _one_time_peer(system: str, jobs: int, peers: PeerProcesses, queue: str) -> 
     start_ms = now_ms() + 15_000 + jobs // 5
     peers.run(["-m", "peers_setup", "dcb-once", str(jobs), str(start_ms)], timeout_s=600)
     beat = peers.beat(system, queue, Path(tempfile.mkdtemp(dir=peers.group.log_dir)))
-    _sleep_until(start_ms + SPREAD_MS + STOP_AFTER_LAST_MS, beat)
+    _sleep_until(start_ms + SPREAD_MS + stop_after_last_ms(jobs), beat)
     beat.stop()
     return start_ms
 
@@ -254,7 +260,8 @@ def _run_chrono(workload: Workload, python: Path, args: argparse.Namespace, *,
                 first = _chrono_cron(platform, task_name, workload.size)
                 minutes = [first + i * MINUTE_MS for i in range(args.minutes)]
                 expected, due_end = workload.size * len(minutes), minutes[-1]
-                _sleep_until(due_end + STOP_AFTER_LAST_MS, platform.beats["peers-beat-0"])
+                _sleep_until(due_end + stop_after_last_ms(workload.size),
+                             platform.beats["peers-beat-0"])
                 platform.beats["peers-beat-0"].stop()
             else:
                 start_ms = _chrono_one_time(platform, task_name, workload.size)
