@@ -58,6 +58,11 @@ def test_one_time_jobs_with_their_due_times_and_one_rate_over_the_span():
     assert report["publish_rate_per_s"] == [11]  # 11 publishes over 1,000 ms
 
 
+def test_a_burst_published_within_one_millisecond_is_counted_over_one():
+    starts = [Start(f"j{i}", M1, M1 + 2, M1 + 9) for i in range(30)]
+    assert summarize(starts, expected=30)["publish_rate_per_s"] == [30_000]
+
+
 def test_nothing_started():
     report = summarize([], expected=100, minutes=[M1, M2])
     assert (report["fired"], report["missed"], report["duplicates"]) == (0, 100, 0)
