@@ -26,10 +26,10 @@ from search.queries import (
     MAX_TEXT_CHARS,
     _datetime,
     _getter,
-    _iso,
     _page_size,
     decode_cursor,
     encode_cursor,
+    time_range_filter,
 )
 
 PARAMETERS = ("attempt", "level", "q", "after", "before", "page_size", "cursor")
@@ -63,12 +63,7 @@ class LogQuery:
         if self.min_level:
             filters.append({"terms": {"log.level": list(LEVELS[LEVELS.index(self.min_level):])}})
         if self.after or self.before:
-            time_range: dict[str, str] = {}
-            if self.after:
-                time_range["gte"] = _iso(self.after)
-            if self.before:
-                time_range["lt"] = _iso(self.before)
-            filters.append({"range": {"@timestamp": time_range}})
+            filters.append(time_range_filter(self.after, self.before))
         query: dict[str, Any] = {"filter": filters}
         if self.text:
             query["must"] = [{"simple_query_string": {

@@ -11,7 +11,6 @@ the API), sorted by ``chrono.attempt`` and ``event.sequence``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from search.log_stream import DATASET
@@ -23,6 +22,7 @@ from search.saved_objects import (
     _terms,
     _visualization,
     dashboard,
+    export_ndjson,
     over_time_by,
     versioned,
 )
@@ -67,9 +67,7 @@ def saved_objects(flavour: str) -> list[dict[str, Any]]:
 
 
 def ndjson(flavour: str) -> str:
-    objects = saved_objects(flavour)
-    summary = {"exportedCount": len(objects), "missingRefCount": 0, "missingReferences": []}
-    return "".join(json.dumps(obj, sort_keys=True) + "\n" for obj in [*objects, summary])
+    return export_ndjson(saved_objects(flavour))
 
 
 def write_files() -> None:

@@ -75,12 +75,7 @@ class AuditQuery:
         if self.outcome:
             filters.append({"term": {"event.outcome": self.outcome}})
         if self.after or self.before:
-            time_range: dict[str, str] = {}
-            if self.after:
-                time_range["gte"] = _iso(self.after)
-            if self.before:
-                time_range["lt"] = _iso(self.before)
-            filters.append({"range": {"@timestamp": time_range}})
+            filters.append(time_range_filter(self.after, self.before))
         return filters
 
     def body(self, *, counts: bool = False) -> dict[str, Any]:
@@ -278,6 +273,16 @@ def _page_size(raw: str, default: int, maximum: int, errors: dict[str, list[str]
                                f"{maximum}."]
         return default
     return int(raw)
+
+
+def time_range_filter(after: datetime | None, before: datetime | None) -> dict[str, Any]:
+    """The ``@timestamp`` filter of ``[after, before)`` (either may be None)."""
+    time_range: dict[str, str] = {}
+    if after:
+        time_range["gte"] = _iso(after)
+    if before:
+        time_range["lt"] = _iso(before)
+    return {"range": {"@timestamp": time_range}}
 
 
 def _iso(moment: datetime) -> str:

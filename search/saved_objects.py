@@ -56,7 +56,11 @@ def saved_objects(flavour: str) -> list[dict[str, Any]]:
 
 
 def ndjson(flavour: str) -> str:
-    objects = saved_objects(flavour)
+    return export_ndjson(saved_objects(flavour))
+
+
+def export_ndjson(objects: list[dict[str, Any]]) -> str:
+    """Saved objects as Kibana's export file: one object a line, then the export's summary."""
     summary = {"exportedCount": len(objects), "missingRefCount": 0, "missingReferences": []}
     return "".join(json.dumps(obj, sort_keys=True) + "\n" for obj in [*objects, summary])
 
