@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install services migrate demo test lint unit browser-tools clean-venv
+.PHONY: install services migrate demo test test-cluster lint unit browser-tools clean-venv
 
 $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
@@ -47,7 +47,12 @@ browser-tools:
 	       --no-install-recommends chromium chromium-driver; }
 
 test: services lint browser-tools
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --ignore=tests/cluster
+
+# The suites that start clusters of their own (Redis Cluster, three RabbitMQ nodes, a PostgreSQL
+# standby) on loopback next to the services: slower, so apart from `make test`; CI runs both.
+test-cluster: services
+	$(BIN)/python -m pytest tests/cluster
 
 clean-venv:
 	rm -rf $(VENV)

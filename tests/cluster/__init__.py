@@ -1,0 +1,1 @@
+"""Tests against clusters the tests start themselves on loopback (`make test-cluster`)."""
