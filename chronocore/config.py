@@ -72,9 +72,12 @@ class ChronoConfig:
     # time). A pause or edit that lands inside it applies from the next occurrence.
     prepare_ahead_ms: int = 100
     ack_deadline_ms: int = 30_000
-    shard_lease_ttl_ms: int = 10_000
+    # A replica killed has its shards taken over within about this plus one refresh (`chrono
+    # bench failover`); one paused for less than its four fifths minus a refresh (a GC pause, a
+    # SIGSTOP of 1 s) loses none. Renewed by a thread of its own, so a busy loop keeps them.
+    shard_lease_ttl_ms: int = 2_000
     # Each replica heartbeats its membership and renews its shard leases this often.
-    ownership_refresh_interval_ms: int = 1_000
+    ownership_refresh_interval_ms: int = 250
     # An occurrence more than this late (all replicas were down, the job was paused) follows
     # its job's misfire policy; within it, it simply fires.
     misfire_grace_ms: int = 60_000

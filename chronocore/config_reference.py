@@ -96,7 +96,8 @@ DESCRIPTIONS: dict[str, str] = {
     "ack_deadline_ms": "A claimed timer not acknowledged within this (its beat died) is claimed "
     "and published again by its shard's owner.",
     "shard_lease_ttl_ms": "A beat's lease on a shard; it publishes only while the lease is "
-    "surely held (its TTL minus a fifth). At least two ownership refreshes long.",
+    "surely held (its TTL minus a fifth). At least two ownership refreshes long. A replica killed "
+    "has its shards taken over within about this plus one refresh.",
     "ownership_refresh_interval_ms": "How often each beat heartbeats its membership and renews "
     "its shard leases.",
     "misfire_grace_ms": "An occurrence dispatched more than this late (every beat was down, "

@@ -64,7 +64,7 @@ from scheduler.misfire import FirePlan, calendar_exclusion, jittered_ms, plan_oc
 from scheduler.occurrences import DueJob, PlannedOccurrence
 from scheduler.overlap import OverlapAction, is_guarded
 from scheduler.overlap import decide as decide_overlap
-from scheduler.ownership import ShardOwnership
+from scheduler.ownership import ACQUIRE_RETRY_MS, ShardOwnership
 from scheduler.reconcile import Reconciler
 from scheduler.schedules import Schedule, hash_key_of
 from scheduler.timers import ANNOUNCE_CHANNEL, ClaimedTimer, TimerStore, shard_keys
@@ -168,6 +168,13 @@ class Beat:
         self._burst_start_ms: int | None = None
         self._next_stats_ms = 0
         self._scan_slice = 0
+        # Shards taken over, until when their inflight timers are claimed again at once (what
+        # the previous owner claimed and never acknowledged: the ack deadline after the
+        # take-over, so never a claim of this replica's own).
+        self._reclaim_before: dict[int, int] = {}
+        self._left = threading.Event()
+        self.keeper = threading.Thread(target=self._keep_leases, name="chrono-lease-keeper",
+                                       daemon=True)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -178,6 +185,7 @@ class Beat:
     def run(self) -> None:
         listener = threading.Thread(target=self._listen, name="chrono-announce", daemon=True)
         listener.start()
+        self.keeper.start()
         self.recorder.start()
         self.firer.start()
         self.reconciler.start()
@@ -202,6 +210,13 @@ class Beat:
             self._leave()
 
     def _leave(self) -> None:
+        # Out of the membership first: the others map this replica's shards to themselves and
+        # retry their acquire every ACQUIRE_RETRY_MS, while the keeper goes on renewing the
+        # leases under which what was prepared is published and recorded.
+        try:
+            self.ownership.withdraw_membership()
+        except redis.RedisError as exc:
+            log.error("could not leave the membership at stop: %r", exc)
         self.reconciler.stop()
         self.firer.finish()
         self.recorder.close()
@@ -210,7 +225,21 @@ class Beat:
             log.info("beat replica %s stopped and released its shards", self.replica_id)
         except redis.RedisError as exc:
             log.error("could not release shards at stop (they expire with their lease): %r", exc)
+        finally:
+            self._left.set()
         self.publisher.close()
+
+    def _keep_leases(self) -> None:
+        """The keeper thread: heartbeat and renew every ``ownership_refresh_interval_ms``,
+        whatever the loop is busy with, until the replica has left."""
+        interval_s = self.config.ownership_refresh_interval_ms / 1000
+        while not self._left.is_set():
+            try:
+                if self.ownership.renew(self.clock()):
+                    self._wakeup.set()
+            except redis.RedisError as exc:
+                log.error("replica %s could not renew its leases: %r", self.replica_id, exc)
+            self._left.wait(interval_s)
 
     def _sleep(self) -> None:
         now = self.clock()
@@ -237,6 +266,7 @@ class Beat:
             self._next_stats_ms = now + STATS_LOG_INTERVAL_MS
         if now >= self._next_refresh_ms:
             self._refresh_ownership(now)
+        self._hand_over()
         if now >= self._next_scan_ms:
             with self.counters.timed("scan"):
                 self._scan(now)
@@ -252,7 +282,7 @@ class Beat:
             # A burst: claim it in every owned shard, not only in those the scans brought into
             # the wheel so far (a scan reads a part of them at a time, and none runs while the
             # burst is prepared).
-            self._pending_shards.update(self.ownership.leases)
+            self._pending_shards.update(self.ownership.claimable)
         if self._pending_shards:
             shards, self._pending_shards = self._pending_shards, set()
             self._prepared_at_ms = now
@@ -270,7 +300,7 @@ class Beat:
         """A replica whose firer or recorder died (a bug) would go on claiming timers nobody
         publishes or acknowledges: stop it instead, loudly; leaving hands its shards to the
         other replicas at once (their timers are published after their ack deadline)."""
-        for thread in (self.firer, self.recorder):
+        for thread in (self.firer, self.recorder, self.keeper):
             if not thread.is_alive():
                 raise BeatThreadDied(f"the beat's {thread.name} thread is not running; "
                                      "stopping this replica (see the traceback above)")
@@ -279,11 +309,43 @@ class Beat:
         change = self.ownership.refresh(now)
         for shard in change.lost:
             self._scanned_until.pop(shard, None)
-        self.reconciler.owned = frozenset(self.ownership.leases)
+            self._reclaim_before.pop(shard, None)
+        self.reconciler.owned = frozenset(self.ownership.claimable)
         if change.gained:
             self._next_scan_ms = 0  # scan the new shards from the beginning right away
             self.reconciler.gained(change.gained)
-        self._next_refresh_ms = now + self.config.ownership_refresh_interval_ms
+            # Claimed at once: what the previous owner claimed and never acknowledged too (a
+            # claim of this replica's own, from now on, gets a later deadline than this).
+            until = now + self.config.ack_deadline_ms - 1
+            self._reclaim_before.update(dict.fromkeys(change.gained, until))
+            self._pending_shards.update(change.gained)
+        for shard in [s for s, until in self._reclaim_before.items() if until < now]:
+            del self._reclaim_before[shard]
+        self._next_refresh_ms = now + (ACQUIRE_RETRY_MS if self.ownership.wanted
+                                       else self.config.ownership_refresh_interval_ms)
+
+    def _hand_over(self) -> None:
+        """Release the leaving shards whose claimed timers are all published, recorded and
+        acknowledged (or that waited ``HAND_OVER_WAIT_S``: what is left of them stays inflight
+        and their next owner claims it again at once)."""
+        if not self.ownership.leaving:
+            return
+        busy = self.firer.busy_shards() | self.recorder.busy_shards()
+        deadline = time.monotonic() - HAND_OVER_WAIT_S
+        drained = [s for s, since in self.ownership.leaving.items()
+                   if s not in busy or since < deadline]
+        if not drained:
+            return
+        overdue = sorted(s for s in drained if s in busy)
+        if overdue:
+            log.warning("replica %s: shards %s still had unrecorded timers after %.0f s of "
+                        "hand-over; released anyway (their next owner claims them again)",
+                        self.replica_id, overdue, HAND_OVER_WAIT_S)
+        self.ownership.release(drained)
+        for shard in drained:
+            self._scanned_until.pop(shard, None)
+            self._reclaim_before.pop(shard, None)
+        log.info("replica %s handed over %d shards", self.replica_id, len(drained))
 
     def _scan(self, now: int) -> None:
         """Load the window's new slice of a quarter of the owned shards (and of any shard not
@@ -291,7 +353,7 @@ class Beat:
         ``scan_interval_ms``; spreading the shards over the interval keeps every pause of the
         loop short, so timers due during a scan are not held up by all of it."""
         self._scan_slice = (self._scan_slice + 1) % SCAN_SLICES
-        shards = [s for s in sorted(self.ownership.leases)
+        shards = [s for s in sorted(self.ownership.claimable)
                   if s % SCAN_SLICES == self._scan_slice or s not in self._scanned_until]
         until = now + self.config.lookahead_ms
         client = self.store.client
@@ -314,7 +376,7 @@ class Beat:
 
     def _take_announcements(self) -> None:
         for shard, timer_id, fire_at_ms in _drain(self._announced) + _drain(self.recorder.rearmed):
-            if shard in self.ownership.leases:
+            if shard in self.ownership.claimable:
                 self.wheel.add(timer_id, fire_at_ms)
 
     def _listen(self) -> None:
@@ -350,11 +412,12 @@ class Beat:
         while shards:
             with self.counters.timed("claim"):
                 claimed, fenced = self.store.claim_due(
-                    self.ownership.leases,
+                    self.ownership.claimable,
                     shards,
                     now_ms=now,
                     ack_deadline_ms=self.config.ack_deadline_ms,
                     limit=limit,
+                    reclaim_before_ms=self._reclaim_before,
                 )
             self._fenced(fenced)
             # Prepared and handed to the firer a slice at a time, earliest first: the firer
@@ -379,7 +442,7 @@ class Beat:
         if shards:
             self.counters.fenced += len(shards)
             self.ownership.drop(shards)
-            self.reconciler.owned = frozenset(self.ownership.leases)
+            self.reconciler.owned = frozenset(self.ownership.claimable)
             for shard in shards:
                 self._scanned_until.pop(shard, None)
 
@@ -573,6 +636,10 @@ def prepare_at(next_fire_ms: int, prepared_at_ms: int, ahead_ms: int) -> int:
     batched = max(next_fire_ms - ahead_ms, prepared_at_ms + ahead_ms // 2)
     return min(batched, next_fire_ms - ahead_ms // 2)
 
+
+# A leaving shard is released at the latest this long after the map moved it away, drained or
+# not (a recorder that cannot reach PostgreSQL must not keep a shard from its next owner).
+HAND_OVER_WAIT_S = 3.0
 
 # Claimed timers prepared (executions written, messages built) per statement at most.
 # Measured with ``chrono bench workflow --fanout 10000`` (10,000 timers due at once): the whole

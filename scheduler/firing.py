@@ -24,7 +24,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -164,6 +165,24 @@ class Firer(threading.Thread):
         self._finishing = False
         # Batches sent whose confirms are awaited, oldest first.
         self._in_flight: list[tuple[Confirmation, ConfirmedBatch, list[Prepared]]] = []
+        # Occurrences taken off the heaps and not yet handed to the recorder (being looked at
+        # again, published, or awaiting their confirm), by shard: with the heaps, what
+        # :meth:`busy_shards` reports.
+        self._taken: Counter[int] = Counter()
+
+    def _untake(self, prepared: Iterable[Prepared]) -> None:
+        with self._changed:
+            self._taken.subtract(p.fired.timer.shard for p in prepared)
+            self._taken += Counter()  # drops the shards down to zero
+
+    def busy_shards(self) -> set[int]:
+        """The shards of every occurrence this firer still has to publish or hand to the
+        recorder: a shard being handed over is released only when it is in neither's."""
+        with self._changed:
+            busy = set(self._taken)
+            busy.update(p.fired.timer.shard for _, _, p in self._heap)
+            busy.update(p.fired.timer.shard for _, _, _, p in self._unchecked)
+        return busy
 
     def put(self, due_ms: int, prepared: Prepared) -> None:
         with self._changed:
@@ -193,8 +212,15 @@ class Firer(threading.Thread):
             while self._unchecked and self._unchecked[0][0] <= now:
                 _, _, due_ms, prepared = heapq.heappop(self._unchecked)
                 due.append((due_ms, prepared))
+            self._taken.update(p.fired.timer.shard for _, p in due)
         if not due:
             return
+        try:
+            self._look_again(due)
+        finally:
+            self._untake(p for _, p in due)
+
+    def _look_again(self, due: list[tuple[int, Prepared]]) -> None:
         try:
             changed = occurrences.changed_jobs(
                 [(p.fired.job.job_id, p.fired.timer.fire_at_ms) for _, p in due])
@@ -294,6 +320,7 @@ class Firer(threading.Thread):
                         if key is None:
                             key = keys[id(prepared.leases)] = frozenset(prepared.leases.items())
                         groups.setdefault(key, []).append(prepared)
+                        self._taken[prepared.fired.timer.shard] += 1
                     return [fair_order(group) for group in groups.values()]
                 if self._in_flight or (self._unchecked and self._unchecked[0][0] <= now):
                     return []
@@ -318,6 +345,7 @@ class Firer(threading.Thread):
         for group in groups:
             for prepared in group:
                 self.put(retry_at, prepared)
+            self._untake(group)
 
     def _send(self, group: list[Prepared]) -> None:
         """Publish occurrences prepared under the same leases, without waiting for their
@@ -331,7 +359,7 @@ class Firer(threading.Thread):
         kept = {id(f) for f in batch.fired}
         messages = [m for p in group if id(p.fired) in kept for m in p.messages]
         if not messages:
-            self._done(batch)
+            self._done(batch, group)
             return
         with self.counters.timed("publish"), self.publish_lock:
             confirmation = self.publisher.send_encoded(messages, published_ms)
@@ -361,11 +389,12 @@ class Firer(threading.Thread):
             self.counters.redelivered += sum(1 for f in batch.fired if f.timer.redelivered)
             self.counters.note_lateness(batch.confirmed_at_ms - fire_ms
                                         for fired in batch.fired for fire_ms in fired.fire_ms)
-            self._done(batch)
+            self._done(batch, group)
         return confirmed
 
-    def _done(self, batch: ConfirmedBatch) -> None:
+    def _done(self, batch: ConfirmedBatch, group: list[Prepared]) -> None:
         self.recorder.submit(batch)
+        self._untake(group)
         self.counters.batches += 1
 
 
@@ -390,9 +419,25 @@ class Recorder(threading.Thread):
         # occurrence usually falls inside the window the beat already scanned.
         self.rearmed: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
         self._batches: queue.Queue[ConfirmedBatch | None] = queue.Queue()
+        # Shards of the batches submitted and not yet recorded and acknowledged.
+        self._pending: Counter[int] = Counter()
+        self._pending_lock = threading.Lock()
 
     def submit(self, batch: ConfirmedBatch) -> None:
+        with self._pending_lock:
+            self._pending.update(batch.shards())
         self._batches.put(batch)
+
+    def busy_shards(self) -> set[int]:
+        """Shards of batches submitted and not yet recorded and acknowledged."""
+        with self._pending_lock:
+            return set(self._pending)
+
+    def _recorded(self, batches: Sequence[ConfirmedBatch]) -> None:
+        with self._pending_lock:
+            for batch in batches:
+                self._pending.subtract(batch.shards())
+            self._pending += Counter()
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Record what was submitted, then stop."""
@@ -416,6 +461,7 @@ class Recorder(threading.Thread):
             while batches:
                 try:
                     self.record(batches)
+                    self._recorded(batches)
                     break
                 except (redis.RedisError, DatabaseError) as exc:
                     log.error("recording %d batches failed, retrying in %.1f s: %r",

@@ -137,9 +137,10 @@ class BeatCollector:
 
 
 def beat_stale_after_ms(config: ChronoConfig) -> int:
-    """A beat whose loop made no progress for a shard lease's time has lost its shards: /health
-    says 503 then (at least 3 s, three ownership refreshes)."""
-    return max(config.shard_lease_ttl_ms, 3_000)
+    """A beat whose loop made no progress for this long is stuck: /health says 503 then (at
+    least 10 s: the leases are renewed by a thread of their own, so a loop preparing a burst
+    or waiting on a slow statement for a few seconds holds its shards and is not stuck)."""
+    return max(config.shard_lease_ttl_ms, 10_000)
 
 
 def beat_checks(beat: Beat) -> dict[str, Check]:

@@ -4,13 +4,27 @@ Every replica heartbeats into ``chrono:replicas`` (ZSET, member = replica id, sc
 membership expires) and computes the same shard → replica map from the live members by rendezvous
 hashing (:mod:`scheduler.sharding`). It then holds a lease on each shard the map gives it; the lease
 value carries a fencing token that every claim checks inside Redis, so a replica that was paused or
-cut off past its lease claims nothing when it wakes, until it acquires a fresh lease. Shards the
-map no longer gives it are released at once, so their new owner takes them on its next refresh.
+cut off past its lease claims nothing when it wakes, until it acquires a fresh lease.
+
+Two threads share it: the beat's loop maps, acquires and hands over (:meth:`refresh`,
+:meth:`release`); a keeper thread heartbeats and renews (:meth:`renew`), so that a loop busy
+preparing a burst for seconds, or waiting on a slow statement, loses no lease. ``leases`` is
+therefore never changed in place: every change builds a new dict under a lock, and a reader's
+``leases`` is a consistent view.
+
+A shard the map moves away is not released at once: it is *leaving* — no longer claimed, still
+renewed — until what was claimed from it is published, recorded and acknowledged under its lease
+(the beat asks the firer and the recorder), then released; the next owner, which retries its
+acquire every ``ACQUIRE_RETRY_MS`` while the map promises it a shard it lacks, takes it within
+a tenth of a second. A hand-over thus delays nothing by an ack deadline, and publishes nothing
+twice.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +32,9 @@ from scheduler.sharding import shard_tag, shards_owned_by
 from scheduler.timers import TimerStore
 
 REPLICAS_KEY = "chrono:replicas"
+# While the map gives this replica shards it does not hold yet (another replica is handing them
+# over), it tries to acquire them this often rather than at its next refresh.
+ACQUIRE_RETRY_MS = 100
 
 log = logging.getLogger("chrono.beat")
 
@@ -26,6 +43,7 @@ log = logging.getLogger("chrono.beat")
 class OwnershipChange:
     gained: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
+    leaving: list[int] = field(default_factory=list)  # moved away by the map, being handed over
 
 
 def _lease_keys(shard: int) -> tuple[str, str]:
@@ -42,53 +60,100 @@ class ShardOwnership:
         self.store = store
         self.replica_id = replica_id
         self.lease_ttl_ms = lease_ttl_ms
+        # {shard: lease value}, replaced whole under ``_lock`` (never changed in place).
         self.leases: dict[int, str] = {}
+        # Held shards the map gave to another replica: not claimed, released once drained.
+        self.leaving: dict[int, float] = {}  # shard -> monotonic time it started leaving
+        # Shards the map gives this replica that it could not acquire yet.
+        self.wanted: frozenset[int] = frozenset()
         # When each lease was last acquired or renewed, by this process's monotonic clock.
         self._renewed_at: dict[int, float] = {}
+        # Shards whose renewal the keeper found lost, for the loop's next refresh.
+        self.lost: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._member = True  # False once the membership was withdrawn (a clean stop)
+
+    @property
+    def claimable(self) -> dict[int, str]:
+        """The held shards to claim timers from: all but the leaving ones."""
+        leases, leaving = self.leases, self.leaving
+        return {s: v for s, v in leases.items() if s not in leaving} if leaving else leases
+
+    def _remove(self, shards, *, only_if: dict[int, str] | None = None) -> list[int]:
+        """Drop ``shards`` from the held leases (those still holding ``only_if``'s value when
+        given); returns the ones dropped."""
+        with self._lock:
+            leases = dict(self.leases)
+            dropped = [s for s in shards if s in leases
+                       and (only_if is None or leases[s] == only_if.get(s))]
+            for shard in dropped:
+                del leases[shard]
+                self.leaving.pop(shard, None)
+            self.leases = leases
+        return dropped
 
     def live_replicas(self, now_ms: int) -> list[str]:
         client = self.store.client
         pipe = client.pipeline(transaction=False)
-        pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms + self.lease_ttl_ms})
+        if self._member:
+            pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms + self.lease_ttl_ms})
         pipe.zremrangebyscore(REPLICAS_KEY, "-inf", now_ms)
         pipe.zrange(REPLICAS_KEY, 0, -1)
-        return [member.decode() for member in pipe.execute()[2]]
+        return [member.decode() for member in pipe.execute()[-1]]
 
     def refresh(self, now_ms: int) -> OwnershipChange:
-        """Heartbeat, renew held leases, release shards moved away, acquire shards moved here."""
+        """Heartbeat, map the shards, mark the ones moved away leaving (the beat releases each
+        once drained), acquire the ones moved here; report the leases the keeper lost."""
         target = set(
             shards_owned_by(self.replica_id, self.live_replicas(now_ms), self.store.shard_count)
         )
-        change = OwnershipChange()
-        change.lost += self._renew(target)
-        change.lost += self.release(sorted(set(self.leases) - target))
-        change.gained += self._acquire(sorted(target - set(self.leases)))
-        if change.gained or change.lost:
+        change = OwnershipChange(lost=_drain(self.lost))
+        held = set(self.leases)
+        with self._lock:
+            leaving = dict(self.leaving)
+            for shard in held & target & set(leaving):
+                del leaving[shard]  # the map gave it back before it was handed over
+            change.leaving = sorted(held - target - set(leaving))
+            started = time.monotonic()
+            leaving.update(dict.fromkeys(change.leaving, started))
+            self.leaving = leaving
+        change.gained += self._acquire(sorted(target - held))
+        self.wanted = frozenset(target - set(self.leases))
+        if change.gained or change.lost or change.leaving:
             log.info(
-                "replica %s: +%d shards, -%d shards, holds %d",
-                self.replica_id, len(change.gained), len(change.lost), len(self.leases),
+                "replica %s: +%d shards, -%d shards, handing over %d, holds %d",
+                self.replica_id, len(change.gained), len(change.lost), len(change.leaving),
+                len(self.leases),
             )
         return change
 
-    def _renew(self, target: set[int]) -> list[int]:
-        held = sorted(s for s in self.leases if s in target)
-        if not held:
-            return []
+    def renew(self, now_ms: int) -> list[int]:
+        """The keeper's beat: heartbeat the membership and renew every held lease (leaving ones
+        included: they are published under it until handed over). Returns the shards found
+        lost, which are also queued for the loop's next :meth:`refresh`."""
+        leases = self.leases
+        held = sorted(leases)
         pipe = self.store.client.pipeline(transaction=False)
+        if self._member:
+            pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms + self.lease_ttl_ms})
+        else:
+            pipe.zscore(REPLICAS_KEY, self.replica_id)  # a placeholder reply, dropped
         for shard in held:
             self.store.renew_lease_script(
                 keys=[_lease_keys(shard)[0]],
-                args=[self.leases[shard], self.lease_ttl_ms],
+                args=[leases[shard], self.lease_ttl_ms],
                 client=pipe,
             )
         sent_at = time.monotonic()
-        replies = pipe.execute()
-        lost = [s for s, ok in zip(held, replies, strict=True) if not ok]
-        for shard in held:
+        replies = pipe.execute()[1:]
+        renewed = [s for s, ok in zip(held, replies, strict=True) if ok]
+        for shard in renewed:
             self._renewed_at[shard] = sent_at
+        lost = self._remove([s for s, ok in zip(held, replies, strict=True) if not ok],
+                            only_if=leases)
         for shard in lost:
             log.warning("replica %s lost its lease on shard %d", self.replica_id, shard)
-            del self.leases[shard]
+            self.lost.put(shard)
         return lost
 
     def _acquire(self, shards: list[int]) -> list[int]:
@@ -102,24 +167,28 @@ class ShardOwnership:
                 client=pipe,
             )
         sent_at = time.monotonic()
-        gained = []
+        gained = {}
         for shard, value in zip(shards, pipe.execute(), strict=True):
             if value:
-                self.leases[shard] = value.decode()
+                gained[shard] = value.decode()
                 self._renewed_at[shard] = sent_at
-                gained.append(shard)
-        return gained
+        if gained:
+            with self._lock:
+                self.leases = {**self.leases, **gained}
+        return list(gained)
 
     def release(self, shards: list[int]) -> list[int]:
-        """Give up ``shards`` (a clean stop, or the map moved them); returns them."""
+        """Give up ``shards`` (a clean stop, or handed over); returns them."""
+        leases = self.leases
+        shards = [s for s in shards if s in leases]
         if not shards:
             return []
+        self._remove(shards)
         pipe = self.store.client.pipeline(transaction=False)
         for shard in shards:
             self.store.release_lease_script(
-                keys=[_lease_keys(shard)[0]], args=[self.leases[shard]], client=pipe
+                keys=[_lease_keys(shard)[0]], args=[leases[shard]], client=pipe
             )
-            del self.leases[shard]
         pipe.execute()
         return shards
 
@@ -139,11 +208,27 @@ class ShardOwnership:
 
     def drop(self, shards: list[int]) -> None:
         """Forget shards whose lease a claim or ack found lost (fenced)."""
-        for shard in shards:
-            if self.leases.pop(shard, None) is not None:
-                log.warning("replica %s was fenced off shard %d", self.replica_id, shard)
+        for shard in self._remove(shards):
+            log.warning("replica %s was fenced off shard %d", self.replica_id, shard)
+
+    def withdraw_membership(self) -> None:
+        """The start of a clean stop: leave the membership (the others map this replica's
+        shards to themselves and try to acquire them) while the leases are still held and what
+        was claimed under them is published."""
+        self._member = False
+        self.store.client.zrem(REPLICAS_KEY, self.replica_id)
 
     def leave(self) -> None:
-        """A clean stop: release every lease and the membership, so others take over at once."""
+        """The end of a clean stop: release every lease and the membership, so others take
+        over at once."""
         self.release(sorted(self.leases))
         self.store.client.zrem(REPLICAS_KEY, self.replica_id)
+
+
+def _drain(items: queue.SimpleQueue) -> list:
+    drained = []
+    while True:
+        try:
+            drained.append(items.get_nowait())
+        except queue.Empty:
+            return drained

@@ -151,15 +151,24 @@ class TimerStore:
         now_ms: int,
         ack_deadline_ms: int,
         limit: int,
+        reclaim_before_ms: dict[int, int] | None = None,
     ) -> tuple[list[ClaimedTimer], list[int]]:
         """Claim the due timers of ``shards`` in one round trip. Returns the claimed timers and
-        the shards whose lease turned out lost (nothing was claimed from those)."""
+        the shards whose lease turned out lost (nothing was claimed from those).
+
+        A claimed timer is claimed again once its ack deadline passed, or, in a shard of
+        ``reclaim_before_ms``, once its deadline is before that shard's time there: a replica
+        that took a shard over gives the time it took it plus the ack deadline, so that what the
+        previous owner claimed and never acknowledged goes out now, not after the deadline (its
+        fencing token makes the previous owner's acks and claims harmless)."""
         shards = [s for s in shards if s in leases]
+        reclaim_before_ms = reclaim_before_ms or {}
         pipe = self.client.pipeline(transaction=False)
         for shard in shards:
             self._claim(
                 keys=shard_keys(shard),
-                args=[leases[shard], now_ms, now_ms + ack_deadline_ms, limit],
+                args=[leases[shard], now_ms, now_ms + ack_deadline_ms, limit,
+                      max(now_ms, reclaim_before_ms.get(shard, now_ms))],
                 client=pipe,
             )
         claimed: list[ClaimedTimer] = []

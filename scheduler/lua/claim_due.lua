@@ -9,6 +9,9 @@
 -- ARGV[2]  now (epoch ms): timers with score <= now are due
 -- ARGV[3]  ack deadline (epoch ms) given to what this call claims
 -- ARGV[4]  the most timers to claim in this call
+-- ARGV[5]  inflight entries with a deadline at or before this (epoch ms) are claimed again;
+--          the caller passes now, or, for a shard it just took over, the time it took it plus
+--          the ack deadline: everything the previous owner claimed and did not acknowledge
 --
 -- Returns a flat array: timer id, fire time, redelivered (0/1), … Inflight entries whose deadline
 -- passed (their claimer died between claim and ack) are claimed again first, with redelivered = 1.
@@ -19,7 +22,7 @@ local limit = tonumber(ARGV[4])
 local deadline = ARGV[3]
 local out = {}
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, limit)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[5], 'LIMIT', 0, limit)
 for _, member in ipairs(expired) do
   local fire = redis.call('HGET', KEYS[3], member)
   redis.call('ZADD', KEYS[2], deadline, member)

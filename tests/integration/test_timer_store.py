@@ -93,6 +93,36 @@ def test_unacknowledged_claim_is_claimed_again_after_its_deadline(store):
     ]
 
 
+def test_a_shard_taken_over_has_what_its_dead_owner_claimed_claimed_again_at_once(store):
+    dead = lease_all(store, "dead")
+    store.add([(tid("prepared"), 1_100), (tid("later"), 5_000)])
+    claimed, _ = store.claim_due(dead.leases, range(SHARDS), now_ms=1_100,
+                                 ack_deadline_ms=30_000, limit=10)
+    assert [t.timer_id for t in claimed] == [tid("prepared")]  # then it was killed
+    for shard in range(SHARDS):
+        store.client.delete(shard_keys(shard)[3])  # its leases expired
+    store.client.zrem(REPLICAS_KEY, "dead")  # and its membership
+    heir = lease_all(store, "heir")
+    took_over_ms = 3_000
+    reclaim = dict.fromkeys(range(SHARDS), took_over_ms + 30_000 - 1)
+
+    # Without the take-over's cut-off it would wait for its deadline (31,100 ms):
+    assert store.claim_due(heir.leases, range(SHARDS), now_ms=took_over_ms,
+                           ack_deadline_ms=30_000, limit=10)[0] == []
+    again, _ = store.claim_due(heir.leases, range(SHARDS), now_ms=took_over_ms,
+                               ack_deadline_ms=30_000, limit=10, reclaim_before_ms=reclaim)
+    assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in again] == [
+        (tid("prepared"), 1_100, True)]
+    # What the heir claimed itself is never claimed again under the same cut-off...
+    assert store.claim_due(heir.leases, range(SHARDS), now_ms=took_over_ms + 10,
+                           ack_deadline_ms=30_000, limit=10, reclaim_before_ms=reclaim)[0] == []
+    # ...and the dead owner's late ack cannot touch it (fenced), nor can it claim.
+    assert store.ack(dead.leases, [(claimed[0], None)]) == sorted(
+        {store.shard_of(tid("prepared"))})
+    assert store.claim_due(dead.leases, range(SHARDS), now_ms=6_000,
+                           ack_deadline_ms=30_000, limit=10)[0] == []
+
+
 def test_ack_removes_the_inflight_entry_and_adds_the_next_occurrence(store):
     ownership = lease_all(store)
     store.add([(tid("cron"), 1_000), (tid("once"), 1_000)])
@@ -127,8 +157,16 @@ def test_ownership_splits_shards_between_live_replicas_and_hands_over_on_leave(s
     a.refresh(now_ms=1_000)
     assert len(a.leases) == SHARDS  # alone, it holds everything
     b.refresh(now_ms=1_000)  # b joins: a still holds b's shards until a refreshes
-    a.refresh(now_ms=1_100)  # a releases what the map gives b
+    assert not b.leases and b.wanted  # the map gives b shards a holds: b retries soon
+    change = a.refresh(now_ms=1_100)  # a hands over what the map gives b: leaving first
+    assert change.leaving and set(change.leaving) == set(a.leaving) == set(b.wanted)
+    assert set(a.claimable) == set(a.leases) - set(a.leaving)  # claimed no more, still held
+    b.refresh(now_ms=1_150)
+    assert not b.leases  # not released yet: a publishes what it claimed from them first
+    a.release(sorted(a.leaving))  # drained (the beat's _hand_over decides when)
+    assert not a.leaving
     b.refresh(now_ms=1_200)
+    assert not b.wanted
     assert set(a.leases).isdisjoint(b.leases)
     assert set(a.leases) | set(b.leases) == set(range(SHARDS))
     assert a.leases and b.leases
@@ -144,6 +182,6 @@ def test_a_lease_is_surely_held_only_until_its_ttl_minus_a_margin(store):
     assert ownership.surely_held(0)
     time.sleep(0.85)  # past TTL minus the 200 ms margin, before Redis expires it
     assert not ownership.surely_held(0)
-    ownership.refresh(now_ms=1_500)  # renewed in time: held again
+    ownership.renew(now_ms=1_500)  # renewed in time (by the keeper): held again
     assert ownership.surely_held(0)
     assert not ownership.surely_held(SHARDS + 1)  # never held

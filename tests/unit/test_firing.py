@@ -276,15 +276,20 @@ def test_preparation_takes_slices_of_half_the_horizon():
     assert prepare_at(10_101, prepared_at_ms=10_000, ahead_ms=0) == 10_101
 
 
-def test_a_replica_whose_firer_or_recorder_died_stops_instead_of_claiming_on():
+def test_a_replica_whose_firer_recorder_or_lease_keeper_died_stops_instead_of_claiming_on():
     config = load_config({})
     beat = Beat(replica_id="r1", config=config,
                 store=TimerStore(redis.Redis(port=1), shard_count=config.shard_count),
                 publisher=Publisher("amqp://guest:guest@127.0.0.1:1//"))
     beat.firer.start()
     beat.recorder.start()
-    beat._check_threads()  # both running: nothing to say
+    beat.keeper.start()  # renews nothing (no Redis there), logs it and goes on
+    beat._check_threads()  # all running: nothing to say
 
+    beat._left.set()  # the keeper ends (as a bug would end it)
+    beat.keeper.join(5)
+    with pytest.raises(BeatThreadDied, match="chrono-lease-keeper"):
+        beat.run_once()
     beat.recorder.close()  # the recorder ends (as a bug would end it)
     with pytest.raises(BeatThreadDied, match="chrono-recorder"):
         beat.run_once()
