@@ -144,7 +144,8 @@ def beat_stale_after_ms(config: ChronoConfig) -> int:
 
 
 def beat_checks(beat: Beat) -> dict[str, Check]:
-    """``/health`` of a beat replica: its loop goes round, its firer and recorder live."""
+    """``/health`` of a beat replica: its loop goes round, its firer, recorder and lease keeper
+    live."""
 
     def loop() -> CheckResult:
         result = beat.progress.check()
@@ -154,7 +155,7 @@ def beat_checks(beat: Beat) -> dict[str, Check]:
         })
 
     def threads() -> CheckResult:
-        dead = [t.name for t in (beat.firer, beat.recorder) if not t.is_alive()]
+        dead = [t.name for t in (beat.firer, beat.recorder, beat.keeper) if not t.is_alive()]
         return CheckResult(not dead, {"dead": dead})
 
     return {"loop": loop, "threads": threads}
