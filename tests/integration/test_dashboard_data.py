@@ -59,6 +59,25 @@ def test_series_covers_the_hour_minute_by_minute_with_percentiles(tenant, other_
     assert {t["task"] for t in data["tasks"]} == {"billing.charge", "reports.nightly"}
 
 
+def test_the_task_tables_show_the_busiest_and_the_most_failing_with_their_durations(tenant):
+    tenant_id = str(tenant.tenant_id)
+    for i in range(25):  # 25 tasks, task.00 the busiest: 50 runs, task.24 the quietest
+        _counted(tenant_id, NOW - timedelta(minutes=i), task=f"task.{i:02}", n=50 - i,
+                 duration_ms=10 * (i + 1))
+    _counted(tenant_id, NOW, task="rare.failing", n=3, failed=2, duration_ms=900)
+    data = dashboard_data(tenant_id=tenant_id, heartbeat_interval_s=5, now=NOW)
+
+    assert [t["task"] for t in data["tasks"]] == [f"task.{i:02}" for i in range(20)]
+    assert [t["task"] for t in data["top_failing"]] == ["rare.failing"]  # not among the busiest
+    failing = data["top_failing"][0]
+    assert (failing["succeeded"], failing["failed"], failing["failure_rate"]) == (1, 2, 0.6667)
+    assert failing["duration_mean_ms"] == 900.0
+    assert 500 <= failing["duration_p50_ms"] <= 1_000  # its own histogram, not another's
+    busiest = data["tasks"][0]
+    assert (busiest["succeeded"], busiest["duration_mean_ms"]) == (50, 10.0)
+    assert busiest["duration_p95_ms"] <= 20
+
+
 def test_a_tenant_view_holds_only_that_tenants_counts(tenant, other_tenant):
     _counted(str(tenant.tenant_id), NOW, n=3)
     _counted(str(other_tenant.tenant_id), NOW, n=7, task="reports.nightly")
