@@ -42,6 +42,7 @@ import redis
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, connection
 
+from chronocore.broker_urls import split_broker_urls
 from chronocore.config import ChronoConfig, get_config
 from scheduler.dispatch import amqp_connection_params
 
@@ -170,6 +171,11 @@ def check_redis(client: redis.Redis, *, where: str) -> list[CheckMessage]:
 
 
 def check_rabbitmq(url: str) -> list[CheckMessage]:
+    """Every node of ``url`` (``BROKER_URL`` lists each node of a cluster, ``;``-separated)."""
+    return [problem for node in split_broker_urls(url) for problem in _check_rabbitmq_node(node)]
+
+
+def _check_rabbitmq_node(url: str) -> list[CheckMessage]:
     params = amqp_connection_params(url)
     where = str(params["host"])
     broker = amqp.Connection(**params, connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S,

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from chronocore.broker_urls import split_broker_urls
 from chronocore.credentials import (
     DEFAULT_DATA_DIR,
     CredentialsError,
@@ -41,6 +42,9 @@ class ChronoConfig:
 
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str = DEFAULT_REDIS_URL
+    # One RabbitMQ node, or every node of a cluster separated by ";" (kombu's fail-over form):
+    # publishers and workers connect to the first that answers and move on to the next when
+    # their connection breaks (chronocore.broker_urls).
     broker_url: str = DEFAULT_BROKER_URL
     search_url: str = DEFAULT_SEARCH_URL
     # Where `chrono services` keeps its servers, and the credentials file the URLs above take
@@ -194,6 +198,11 @@ class ChronoConfig:
         return _credentials_file(self.data_dir, self.credentials_file)
 
     @property
+    def broker_urls(self) -> tuple[str, ...]:
+        """The RabbitMQ nodes of ``broker_url``, in its order (one for a single node)."""
+        return split_broker_urls(self.broker_url)
+
+    @property
     def log_spool_path(self) -> Path:
         """The directory of the execution-log spool files (``execution_log_spool_dir``)."""
         return Path(self.execution_log_spool_dir or Path(self.data_dir) / "log-spool")
@@ -257,6 +266,7 @@ class ChronoConfig:
                 raise ConfigError(f"CHRONO_{name.upper()} must be at least {low}")
         if problems := cross_field_problems(self):
             raise ConfigError("\n".join(problems))
+        split_broker_urls(self.broker_url)  # raises, naming BROKER_URL, on a bad node list
         if not re.fullmatch(r"[a-z0-9_]{1,64}", self.audit_namespace):
             raise ConfigError(
                 f"CHRONO_AUDIT_NAMESPACE={self.audit_namespace!r} must be 1 to 64 lowercase "

@@ -161,8 +161,14 @@ def with_secret(url: str, secret: Secret | None) -> str:
 
 
 def fill_urls(urls: Mapping[str, str], credentials: ServiceCredentials) -> dict[str, str]:
-    """``{"database": url, …}`` with each URL given its service's secret (:func:`with_secret`)."""
-    return {name: with_secret(url, getattr(credentials, name)) for name, url in urls.items()}
+    """``{"database": url, …}`` with each URL given its service's secret (:func:`with_secret`);
+    each node of a broker list (``;``-separated, ``chronocore.broker_urls``) on its own."""
+    filled = {}
+    for name, url in urls.items():
+        secret = getattr(credentials, name)
+        nodes = url.split(";") if name == "broker" else [url]
+        filled[name] = ";".join(with_secret(node, secret) for node in nodes)
+    return filled
 
 
 # What a URL with credentials looks like, for the error that asks for one.
@@ -183,15 +189,22 @@ def weak_credentials(urls: Mapping[str, str], *, search_api_key: str = "") -> li
     for name, url in urls.items():
         if name == "search" and search_api_key:
             continue
-        parts = urlsplit(url)
-        user, password = unquote(parts.username or ""), unquote(parts.password or "")
-        if not password:
-            why = "has no password"
-        elif password.lower() in WELL_KNOWN_PASSWORDS or password == user:
-            why = "has a well-known default password"
-        elif user.lower() == "guest":
-            why = "logs in as guest, RabbitMQ's default user"
-        else:
-            continue
-        problems.append(f"{name.upper()}_URL {why}: set it to {URL_EXAMPLES[name]}")
+        # A broker list (``;``-separated) is as weak as its weakest node.
+        nodes = url.split(";") if name == "broker" else [url]
+        weakness = [why for node in nodes if (why := _weakness(node))]
+        if weakness:
+            problems.append(f"{name.upper()}_URL {weakness[0]}: set it to {URL_EXAMPLES[name]}")
     return problems
+
+
+def _weakness(url: str) -> str | None:
+    """What is weak about one URL's credentials, or None."""
+    parts = urlsplit(url)
+    user, password = unquote(parts.username or ""), unquote(parts.password or "")
+    if not password:
+        return "has no password"
+    if password.lower() in WELL_KNOWN_PASSWORDS or password == user:
+        return "has a well-known default password"
+    if user.lower() == "guest":
+        return "logs in as guest, RabbitMQ's default user"
+    return None

@@ -214,15 +214,17 @@ def run_command(
     env: Mapping[str, str] | None = None,
     timeout_s: float = COMMAND_TIMEOUT_S,
     input_text: str | None = None,
+    home: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` (as ``user`` when given, the way ``runuser -u`` would) and capture output;
     ``input_text`` goes to its standard input (a secret, which a command line would show to
-    every local user in /proc)."""
+    every local user in /proc). ``home`` replaces ``user``'s home directory as ``HOME`` (an
+    Erlang cookie of its own, say)."""
     full_env = {**os.environ, **(env or {})}
     ids: dict[str, object] = {}
     if user is not None:
         account = pwd.getpwnam(user)
-        full_env.update(HOME=account.pw_dir, USER=user, LOGNAME=user)
+        full_env.update(HOME=str(home or account.pw_dir), USER=user, LOGNAME=user)
         ids = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
     try:
         return subprocess.run(

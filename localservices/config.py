@@ -174,8 +174,16 @@ def parse_redis_url(url: str, *, variable: str = "REDIS_URL") -> Endpoint:
 def parse_broker_url(url: str, *, variable: str = "BROKER_URL") -> Endpoint:
     """Parse ``amqp://[user[:password]@]127.0.0.1:5672/vhost``; ``//`` is the vhost ``/``.
 
-    ``guest`` is refused: ``up`` removes RabbitMQ's default user from Chrono's node.
+    ``guest`` is refused: ``up`` removes RabbitMQ's default user from Chrono's node. A list of
+    nodes (a cluster's, ``;``-separated) is refused too: ``chrono services`` runs one node, and
+    ``chrono services cluster-up rabbitmq`` a cluster of its own.
     """
+    if ";" in url:
+        raise ServiceConfigError(
+            f"{variable} lists several RabbitMQ nodes, but `chrono services` runs one node at "
+            f"one URL: unset {variable} for it (a cluster started by `chrono services "
+            "cluster-up rabbitmq` is given to Chrono's processes, not to `chrono services`)"
+        )
     parts, port = _split_local_url(
         url, variable=variable, schemes=("amqp", "pyamqp"), default_port=5672
     )

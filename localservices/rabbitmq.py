@@ -91,6 +91,11 @@ class RabbitMQService:
     start_timeout_s: float = 180.0
     os_user: str = "rabbitmq"
     node_name: str = RABBITMQ_NODE_NAME
+    # The directory the node and rabbitmqctl take as HOME, whose .erlang.cookie they share
+    # (None: the rabbitmq user's own, as Debian's rabbitmqctl expects); and lines appended to
+    # the generated rabbitmq.conf (a cluster's peer discovery).
+    home: Path | None = None
+    extra_config: str = ""
     _launcher: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -181,7 +186,7 @@ class RabbitMQService:
             directory.mkdir(mode=0o750, exist_ok=True)
         write_owned(
             d / "rabbitmq.conf",
-            render_template("rabbitmq.conf", port=self.endpoint.port),
+            render_template("rabbitmq.conf", port=self.endpoint.port) + self.extra_config,
             user=self.os_user,
         )
         write_owned(d / "advanced.config", "[].\n", user=self.os_user)
@@ -205,7 +210,7 @@ class RabbitMQService:
                 env={
                     **os.environ,
                     **self._env(),
-                    "HOME": account.pw_dir,
+                    "HOME": str(self.home or account.pw_dir),
                     "USER": self.os_user,
                     "LOGNAME": self.os_user,
                 },
@@ -220,7 +225,7 @@ class RabbitMQService:
         timeout_s: float = COMMAND_TIMEOUT_S,
         input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``rabbitmqctl -n chrono@localhost ARGS`` as the rabbitmq user."""
+        """Run ``rabbitmqctl -n NODE ARGS`` as the rabbitmq user."""
         return run_command(
             [str(RABBITMQ_BIN_DIR / "rabbitmqctl"), "-n", self.node_name, *args],
             user=self.os_user,
@@ -228,6 +233,7 @@ class RabbitMQService:
             env=self._env(),
             timeout_s=timeout_s,
             input_text=input_text,
+            home=self.home,
         )
 
     def provision(self) -> None:

@@ -10,6 +10,14 @@ while earlier batches' confirms are on their way, and reads them as they arrive 
 :class:`Confirmation` settles by delivery tag, in whatever order RabbitMQ confirms).
 Every message is persistent and goes to the durable ``chrono.dispatch`` direct exchange, routed by
 queue name to a quorum queue declared before the first publish to it, so nothing is unroutable.
+
+``BROKER_URL`` may list every node of a RabbitMQ cluster (``;``-separated,
+:mod:`chronocore.broker_urls`): a publisher connects to the first node that answers and, when its
+connection breaks, to the next one, round robin. What it had published without a confirm when the
+connection broke is reported lost (:attr:`Confirmation.lost`), and its caller publishes it again
+(at least once: a message that did reach its queue goes out twice, with the same execution id,
+and the worker-side start runs one). A quorum queue confirms a message once a majority of its
+replicas hold it, so nothing confirmed is lost with the node the publisher was connected to.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from amqp import spec
 from amqp.method_framing import frame_writer
 from amqp.serialization import dumps
 
+from chronocore.broker_urls import node_address, split_broker_urls
 from scheduler.errors import DispatchError
 
 DISPATCH_EXCHANGE = "chrono.dispatch"
@@ -36,6 +45,9 @@ RETRY_EXCHANGE_PREFIX = "chrono.retry."
 _EMBED = '{"callbacks":null,"errbacks":null,"chain":null,"chord":null}'
 QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
 CONFIRM_TIMEOUT_S = 30.0
+# Per node: a node that is down refuses at once; one that hangs (stopped, cut off) costs this
+# much before the next node is tried.
+CONNECT_TIMEOUT_S = 10.0
 
 log = logging.getLogger("chrono.dispatch")
 
@@ -166,6 +178,9 @@ def amqp_connection_params(url: str) -> dict[str, object]:
     Any host will do (a broker on another machine, an IPv6 address in brackets); ``amqps://``
     is TLS, verified against the system's certificate authorities, on port 5671 by default.
     """
+    if ";" in url:
+        raise ValueError("amqp_connection_params takes one node's URL: split a BROKER_URL "
+                         "that lists several with chronocore.broker_urls.split_broker_urls")
     parts = urlsplit(url)
     if parts.scheme not in ("amqp", "pyamqp", "amqps"):
         raise ValueError(f"BROKER_URL must start with amqp:// or amqps://, got {parts.scheme!r}")
@@ -184,6 +199,29 @@ def amqp_connection_params(url: str) -> dict[str, object]:
         # context verifies the certificate and the host name.
         params["ssl"] = {"server_hostname": hostname}
     return params
+
+
+def connect_to_first_node(
+    urls: Sequence[str], *, first: int = 0, **options: object
+) -> tuple[int, amqp.Connection]:
+    """A connection to the first of ``urls``, from index ``first`` on, round robin, that
+    accepts one (``options`` are py-amqp's: timeouts, heartbeat), and that node's index.
+    Raises :class:`ConnectionError` naming every node and why it failed when none did."""
+    failures = []
+    for offset in range(len(urls)):
+        index = (first + offset) % len(urls)
+        connection = amqp.Connection(**amqp_connection_params(urls[index]), **options)
+        try:
+            connection.connect()
+        except (OSError, amqp.exceptions.AMQPError) as exc:
+            failures.append(f"{node_address(urls[index])}: {exc!r}")
+            try:
+                connection.collect()  # no closing handshake with a node that failed
+            except Exception as drop_exc:  # it is being dropped either way
+                log.debug("dropping a failed connection attempt failed: %r", drop_exc)
+            continue
+        return index, connection
+    raise ConnectionError("no RabbitMQ node accepted a connection: " + "; ".join(failures))
 
 
 def retry_tier_name(tier_ms: int) -> str:
@@ -270,6 +308,9 @@ class Publisher:
 
     def __init__(self, url: str, *, origin: str | None = None) -> None:
         self.url = url
+        # Every node of the cluster (one for a single node), and the one to try first.
+        self.urls = split_broker_urls(url)
+        self._node = 0
         self.origin = origin or f"chrono-beat@{socket.gethostname()}"
         self._connection: amqp.Connection | None = None
         self._channel: amqp.Channel | None = None
@@ -280,9 +321,14 @@ class Publisher:
     def _connect(self) -> amqp.Channel:
         if self._channel is not None:
             return self._channel
-        connection = amqp.Connection(**amqp_connection_params(self.url), heartbeat=0,
-                                     connect_timeout=10)
-        connection.connect()
+        index, connection = connect_to_first_node(
+            self.urls, first=self._node, heartbeat=0, connect_timeout=CONNECT_TIMEOUT_S)
+        if len(self.urls) > 1:
+            # One line per connection (not per publish): which node a process publishes
+            # through, and when it moved to another.
+            log.info("%s publishing through RabbitMQ node %s (%d of %d)", self.origin,
+                     node_address(self.urls[index]), index + 1, len(self.urls))
+        self._node = index
         self._batching = _BatchingTransport(connection.transport)
         connection.frame_writer = frame_writer(connection, self._batching)
         channel = connection.channel()
@@ -315,6 +361,18 @@ class Publisher:
                 confirmation.nacked = confirmation.nacked or nacked
         while self._unconfirmed and self._unconfirmed[0].settled:
             self._unconfirmed.popleft()
+
+    @property
+    def node(self) -> str:
+        """``host:port`` of the node this publisher uses (or tries first when disconnected)."""
+        return node_address(self.urls[self._node])
+
+    def _fail_over(self) -> None:
+        """Drop a connection that failed; the next publish tries the next node first (a node
+        that accepts connections but does not confirm, cut off from its cluster's majority,
+        is not tried again and again)."""
+        self.close()
+        self._node = (self._node + 1) % len(self.urls)
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
@@ -366,7 +424,7 @@ class Publisher:
             finally:
                 self._batching.flush()
         except (OSError, amqp.exceptions.AMQPError) as exc:
-            self.close()
+            self._fail_over()
             raise DispatchError(f"publishing {len(messages)} messages failed: {exc!r}") from exc
         return self._sent(len(messages))
 
@@ -404,7 +462,7 @@ class Publisher:
                 offset += len(item.frames)
             self._connection.transport.write(data)
         except (OSError, amqp.exceptions.AMQPError) as exc:
-            self.close()
+            self._fail_over()
             raise DispatchError(f"publishing {len(encoded)} messages failed: {exc!r}") from exc
         return self._sent(len(encoded))
 
@@ -416,7 +474,7 @@ class Publisher:
             return
         waited = time.monotonic() - self._unconfirmed[0].sent_at
         if waited > CONFIRM_TIMEOUT_S:
-            self.close()
+            self._fail_over()
             raise DispatchError(f"no confirm in {CONFIRM_TIMEOUT_S} s")
         try:
             # Not 0: py-amqp makes the socket non-blocking then, which it does not expect.
@@ -424,7 +482,7 @@ class Publisher:
         except TimeoutError:
             return
         except (OSError, amqp.exceptions.AMQPError) as exc:
-            self.close()
+            self._fail_over()
             raise DispatchError(f"reading confirms failed: {exc!r}") from exc
 
     def wait(self, confirmation: Confirmation) -> None:
@@ -434,7 +492,7 @@ class Publisher:
         while not confirmation.settled:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.close()
+                self._fail_over()
                 raise DispatchError(f"no confirm for tag {confirmation.last_tag} in "
                                     f"{CONFIRM_TIMEOUT_S} s")
             self.poll(remaining)

@@ -7,7 +7,9 @@ management plugin needed. A queue that does not exist answers 404, which closes 
 
 Used by the reaper's check of executions nobody consumes (:mod:`reaper.undelivered`) and by the
 web process's ``/metrics`` and ``/health/``. One :class:`QueueInspector` keeps one connection
-and is safe to share between threads (they take turns).
+and is safe to share between threads (they take turns). Given a cluster's nodes (``BROKER_URL``
+with ``;``), it asks the first that answers, and the next one once that connection fails: the
+counts of a quorum queue are the same from any node.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 
 import amqp
 
-from scheduler.dispatch import amqp_connection_params
+from chronocore.broker_urls import node_address, split_broker_urls
+from scheduler.dispatch import connect_to_first_node
 from scheduler.errors import BrokerUnavailable
 
 CONNECT_TIMEOUT_S = 2.0
@@ -43,6 +46,8 @@ class QueueInspector:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.urls = split_broker_urls(url)
+        self._node = 0  # the node asked first
         self._lock = threading.Lock()
         self._connection: amqp.Connection | None = None
         self._channel: amqp.Channel | None = None
@@ -57,6 +62,8 @@ class QueueInspector:
                     return {queue: self._declare(queue) for queue in names}
                 except (OSError, amqp.exceptions.AMQPError) as exc:
                     self._close()
+                    if reused:
+                        self._node = (self._node + 1) % len(self.urls)
                     # A kept connection may have died since (a broker restart): one more try
                     # on a new one before calling the broker unavailable.
                     if not reused:
@@ -82,12 +89,9 @@ class QueueInspector:
 
     def _open_channel(self) -> amqp.Channel:
         if self._connection is None:
-            connection = amqp.Connection(**amqp_connection_params(self.url), heartbeat=0,
-                                         connect_timeout=CONNECT_TIMEOUT_S,
-                                         read_timeout=READ_TIMEOUT_S,
-                                         write_timeout=READ_TIMEOUT_S)
-            connection.connect()
-            self._connection = connection
+            self._node, self._connection = connect_to_first_node(
+                self.urls, first=self._node, heartbeat=0, connect_timeout=CONNECT_TIMEOUT_S,
+                read_timeout=READ_TIMEOUT_S, write_timeout=READ_TIMEOUT_S)
         if self._channel is None:
             self._channel = self._connection.channel()
         return self._channel
@@ -101,4 +105,4 @@ class QueueInspector:
                 log.debug("dropping the inspector's RabbitMQ connection failed: %r", exc)
 
     def _where(self) -> str:
-        return str(amqp_connection_params(self.url)["host"])
+        return ", ".join(node_address(url) for url in self.urls)
