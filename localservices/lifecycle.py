@@ -35,6 +35,7 @@ from localservices.base import (
     run_command,
     terminate,
 )
+from localservices.clusters import CLUSTER_KINDS, cluster_command
 from localservices.config import ServicesConfig
 from localservices.errors import PortBusyError, ServiceError, ServiceStartError
 from localservices.packages import ensure_packages
@@ -207,18 +208,44 @@ def rotate(services: list[str]) -> None:
     )
 
 
+CLUSTER_COMMANDS = ("cluster-up", "cluster-down")
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    try:
+        ports = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ports {text!r}: give port numbers separated by "
+                                         "commas, e.g. 5701,5702,5703") from None
+    if len(ports) < 3 or any(not 1024 <= port <= 45535 for port in ports):
+        raise argparse.ArgumentTypeError(
+            f"--ports {text!r}: a cluster needs at least 3 ports, each 1024 to 45535 (its "
+            "Erlang distribution port is 20000 above it)")
+    return ports
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m localservices up|down|status|rotate``; exit 1 on error or a service down."""
+    """``python -m localservices up|down|status|rotate|cluster-up|cluster-down``; exit 1 on
+    error or a service down."""
     parser = argparse.ArgumentParser(prog="chrono services", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("up", "down", "status", "rotate"))
+    parser.add_argument("command", choices=("up", "down", "status", "rotate", *CLUSTER_COMMANDS))
     parser.add_argument(
         "services",
         nargs="*",
         metavar="SERVICE",
-        help=f"rotate only: which of {', '.join(SERVICE_NAMES)} (default: all)",
+        help=f"rotate: which of {', '.join(SERVICE_NAMES)} (default: all); cluster-up and "
+             f"cluster-down: which of {', '.join(CLUSTER_KINDS)}",
+    )
+    parser.add_argument(
+        "--ports", type=_ports, default=None,
+        help="cluster-up: the AMQP ports of a new cluster's nodes, comma-separated "
+             "(default 5701,5702,5703)",
     )
     args = parser.parse_args(argv)
-    if args.services and args.command != "rotate":
+    if args.command in CLUSTER_COMMANDS:
+        if not args.services or set(args.services) - set(CLUSTER_KINDS):
+            parser.error(f"{args.command} takes one or more of {', '.join(CLUSTER_KINDS)}")
+    elif args.services and args.command != "rotate":
         parser.error(f"{args.command} takes no service names; only rotate does")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s services: %(message)s", datefmt="%H:%M:%S"
@@ -226,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "status":
             return 0 if all(status().values()) else 1
+        if args.command in CLUSTER_COMMANDS:
+            return cluster_command(args.command, args.services, ports=args.ports)
         if args.command == "rotate":
             rotate(args.services)
         else:

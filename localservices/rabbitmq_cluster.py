@@ -85,6 +85,7 @@ class RabbitMQCluster:
     vhost: str = CLUSTER_VHOST
     os_user: str = "rabbitmq"
     nodes: list[RabbitMQService] = field(init=False, repr=False)
+    boot_s: float = field(default=0.0, init=False)  # what the last start took
 
     def __post_init__(self) -> None:
         if len(self.ports) < 3:
@@ -114,6 +115,7 @@ class RabbitMQCluster:
         """A new cluster in ``directory`` (created), with a generated password and cookie."""
         make_traversable(directory.parent)
         directory.mkdir(mode=0o755, exist_ok=True)
+        directory.chmod(0o755)  # the rabbitmq user passes through (a mkdtemp is 0700)
         cluster = cls(directory=directory, ports=tuple(ports),
                       password=secrets.token_urlsafe(24), cookie=secrets.token_hex(32))
         cluster._save()
@@ -167,9 +169,10 @@ class RabbitMQCluster:
             self._wait_ready(node)
         self._wait_clustered()
         seed.provision()
+        self.boot_s = time.monotonic() - started
         log.info("rabbitmq cluster of %d nodes up in %.1f s (%s)", len(self.nodes),
-                 time.monotonic() - started, ", ".join(n.node_name for n in self.nodes))
-        return time.monotonic() - started
+                 self.boot_s, ", ".join(n.node_name for n in self.nodes))
+        return self.boot_s
 
     def _write_cookie(self) -> None:
         self.home.mkdir(mode=0o700, exist_ok=True)
@@ -304,3 +307,37 @@ def _as_list(value: object) -> list[str]:
         return [str(v) for v in value]
     return [str(value)]
 
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cluster_directory(data_dir: Path) -> Path:
+    """Where ``chrono services cluster-up rabbitmq`` keeps its cluster."""
+    return data_dir / "rabbitmq-cluster"
+
+
+def cluster_up(data_dir: Path, *, ports: tuple[int, ...] | None = None) -> str:
+    """Start (or find running) the cluster of ``data_dir``; the ``BROKER_URL`` to give
+    Chrono's processes. ``ports`` apply to a new cluster; an existing one keeps its own."""
+    directory = cluster_directory(data_dir)
+    cluster = RabbitMQCluster.open(directory)
+    if cluster is None:
+        cluster = RabbitMQCluster.create(directory, ports=ports or DEFAULT_CLUSTER_PORTS)
+    elif ports and tuple(ports) != cluster.ports:
+        raise ServiceStartError(
+            f"the RabbitMQ cluster in {directory} listens on {list(cluster.ports)}, not "
+            f"{list(ports)}: run `chrono services cluster-down rabbitmq` first to start one on "
+            "other ports")
+    cluster.start()
+    return cluster.broker_url()
+
+
+def cluster_down(data_dir: Path) -> None:
+    """Stop the cluster of ``data_dir`` and delete it (its queues, users and password)."""
+    cluster = RabbitMQCluster.open(cluster_directory(data_dir))
+    if cluster is None:
+        log.info("no RabbitMQ cluster in %s", cluster_directory(data_dir))
+        return
+    cluster.destroy()
+    log.info("stopped the RabbitMQ cluster and deleted %s", cluster.directory)

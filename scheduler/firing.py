@@ -294,9 +294,12 @@ class Firer(threading.Thread):
                 # not confirmed waits again (a message that did reach the queue and goes out
                 # again is a duplicate with the same execution id: one delivery runs).
                 self.counters.failed_iterations += 1
-                log.error("publishing failed, retrying in %.1f s: %r", backoff_s, exc)
                 again = groups[sent:] + [group for _, _, group in self._in_flight]
                 self._in_flight.clear()
+                # How many go out again: the most duplicates this failure can make.
+                log.error("publishing failed; %d messages without a confirm go out again in "
+                          "%.1f s: %r", sum(len(p.messages) for g in again for p in g),
+                          backoff_s, exc)
                 self._put_again(again, backoff_s)
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
