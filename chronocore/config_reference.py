@@ -61,8 +61,11 @@ DESCRIPTIONS: dict[str, str] = {
     "redis_url": "Redis: the timer store, shard leases, rate limits and quotas. Loopback "
     "without a password: completed from the credentials file.",
     "broker_url": "RabbitMQ (`amqp://user:password@host:port/vhost`, or `amqps://` for TLS "
-    "with the certificate verified): dispatch and retry queues. Loopback without a password: "
-    "completed from the credentials file.",
+    "with the certificate verified): dispatch and retry queues. A cluster: every node's URL, "
+    "separated by `;` (kombu's fail-over form), all with the same virtual host; publishers "
+    "and workers connect to the first that answers and to the next when it goes away "
+    "(docs/production.md, Clusters). Loopback without a password: completed from the "
+    "credentials file.",
     "search_url": "Elasticsearch or OpenSearch for the audit log; a user and password may go "
     "in the URL. Loopback without a password: completed from the credentials file.",
     "data_dir": "Where `chrono services` keeps its servers' data, and where the credentials "
