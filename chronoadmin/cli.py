@@ -16,6 +16,8 @@ USAGE = """usage: chrono COMMAND [ARGS]
                             with generated credentials
   services rotate [SERVICE…]
                             new passwords for the services (then restart Chrono's processes)
+  services cluster-up|cluster-down rabbitmq [--ports A,B,C]
+                            three clustered RabbitMQ nodes on loopback; prints BROKER_URL
   migrate                   create or update the database schema
   beat [--replica-id ID]    run a beat replica (fires timers)
   worker [--queues Q,…]     run a Celery worker with Chrono's integration
