@@ -297,9 +297,9 @@ class Firer(threading.Thread):
                 again = groups[sent:] + [group for _, _, group in self._in_flight]
                 self._in_flight.clear()
                 # How many go out again: the most duplicates this failure can make.
-                log.error("publishing failed; %d messages without a confirm go out again in "
-                          "%.1f s: %r", sum(len(p.messages) for g in again for p in g),
-                          backoff_s, exc)
+                log.error("publishing failed, retrying in %.1f s (%d messages without a "
+                          "confirm go out again): %r", backoff_s,
+                          sum(len(p.messages) for g in again for p in g), exc)
                 self._put_again(again, backoff_s)
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
