@@ -44,6 +44,7 @@ from django.db import DatabaseError, connection
 
 from chronocore.broker_urls import split_broker_urls
 from chronocore.config import ChronoConfig, get_config
+from chronocore.redis_client import connect, is_cluster
 from scheduler.dispatch import amqp_connection_params
 
 SERVICES_TAG = "chrono_services"
@@ -204,14 +205,26 @@ def check_postgresql() -> list[CheckMessage]:
 
 def service_problems(config: ChronoConfig) -> list[CheckMessage]:
     """Every check above, against the services ``config`` names."""
-    client = redis.Redis.from_url(config.redis_url, socket_timeout=TIMEOUT_S,
-                                  socket_connect_timeout=TIMEOUT_S)
+    return (check_redis_deployment(config) + check_rabbitmq(config.broker_url)
+            + check_postgresql())
+
+
+def check_redis_deployment(config: ChronoConfig) -> list[CheckMessage]:
+    """:func:`check_redis` of the one server of ``REDIS_URL``, or of every node of its Redis
+    Cluster (a replica promoted by a failover must hold to the same settings)."""
+    where = config.redis_url.rpartition("@")[2].split("/")[0]
     try:
-        where = client.connection_pool.connection_kwargs
-        problems = check_redis(client, where=f"{where.get('host')}:{where.get('port')}")
+        client = connect(config.redis_url, cluster=config.redis_cluster,
+                         socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+    except redis.RedisError as exc:
+        return [unanswered("Redis", where, exc)]
+    try:
+        if not is_cluster(client):
+            return check_redis(client, where=where)
+        return [problem for node in client.get_nodes()
+                for problem in check_redis(client.get_redis_connection(node), where=node.name)]
     finally:
         client.close()
-    return problems + check_rabbitmq(config.broker_url) + check_postgresql()
 
 
 def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

@@ -25,6 +25,7 @@ from django.http import HttpRequest, JsonResponse
 # get_config() here: the web's /health/ is a Django view, its clients the process's: the edge,
 # nothing owns them to hand them the configuration.
 from chronocore.config import get_config
+from chronocore.redis_client import RedisClient, connect
 from scheduler.queue_stats import BrokerUnavailable, QueueInspector
 from search.client import SearchClient
 from search.errors import SearchError
@@ -33,9 +34,10 @@ TIMEOUT_S = 2.0
 
 
 @cache
-def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(get_config().redis_url, socket_timeout=TIMEOUT_S,
-                                socket_connect_timeout=TIMEOUT_S)
+def redis_client() -> RedisClient:
+    config = get_config()
+    return connect(config.redis_url, cluster=config.redis_cluster, socket_timeout=TIMEOUT_S,
+                   socket_connect_timeout=TIMEOUT_S)
 
 
 @cache

@@ -47,6 +47,10 @@ class ChronoConfig:
     # their connection breaks (chronocore.broker_urls).
     broker_url: str = DEFAULT_BROKER_URL
     search_url: str = DEFAULT_SEARCH_URL
+    # REDIS_URL names one node of a Redis Cluster (the client finds the others) rather than one
+    # server: every Redis client is redis-py's RedisCluster, announcements use sharded pub/sub.
+    # A cluster has database 0 only, so REDIS_URL must name it (or none).
+    redis_cluster: bool = False
     # Where `chrono services` keeps its servers, and the credentials file the URLs above take
     # their users and passwords from when they carry none (empty: credentials.env in data_dir).
     data_dir: str = DEFAULT_DATA_DIR
@@ -276,6 +280,11 @@ class ChronoConfig:
             raise ConfigError(
                 f"CHRONO_EXECUTION_LOG_LEVEL={self.execution_log_level!r} must be one of "
                 f"{', '.join(LOG_LEVELS)}")
+        if self.redis_cluster and redis_database(self.redis_url) != 0:
+            raise ConfigError(
+                f"REDIS_URL names database {redis_database(self.redis_url)} but "
+                "CHRONO_REDIS_CLUSTER is on, and a Redis Cluster has database 0 only: end "
+                "REDIS_URL with /0 (or no database)")
         if self.metrics_port > 65_535:
             raise ConfigError(f"CHRONO_METRICS_PORT={self.metrics_port} is not a TCP port "
                               "(0 to 65535; 0 serves none)")
@@ -301,6 +310,17 @@ _CROSS_FIELD_RULES: tuple[tuple[str, str, Callable[[int, int], bool], str, str],
     ("api_default_page_size", "api_max_page_size", lambda a, b: a <= b, "must not exceed",
      "the default page is one a client may ask for"),
 )
+
+
+def redis_database(url: str) -> int:
+    """The database index a ``redis://…/N`` URL names (its path, else ``?db=N``, else 0);
+    raises :class:`ConfigError` on one that is not a whole number."""
+    parts = urlsplit(url)
+    raw = parts.path.strip("/") or dict(parse_qsl(parts.query)).get("db", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"REDIS_URL names database {raw!r}: give a whole number") from None
 
 
 def cross_field_problems(config: ChronoConfig) -> list[str]:

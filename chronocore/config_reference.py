@@ -19,7 +19,8 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 # (heading, fields): every field of ChronoConfig in exactly one section.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Services and credentials", (
-        "database_url", "redis_url", "broker_url", "search_url", "data_dir", "credentials_file",
+        "database_url", "redis_url", "redis_cluster", "broker_url", "search_url", "data_dir",
+        "credentials_file",
         "search_api_key")),
     ("Django", ("secret_key", "debug", "allowed_hosts", "static_root")),
     ("Timer store and beat", (
@@ -60,6 +61,11 @@ DESCRIPTIONS: dict[str, str] = {
     "password takes its user and password from the credentials file.",
     "redis_url": "Redis: the timer store, shard leases, rate limits and quotas. Loopback "
     "without a password: completed from the credentials file.",
+    "redis_cluster": "On: `REDIS_URL` names one node of a Redis Cluster (any node: the client "
+    "discovers the others and follows failovers) and every Redis client of Chrono is redis-py's "
+    "`RedisCluster`; the announcements use sharded pub/sub (`SPUBLISH`). A cluster has "
+    "database 0 only, so `REDIS_URL` must end in `/0` or name none (docs/production.md, "
+    "\"Clusters\").",
     "broker_url": "RabbitMQ (`amqp://user:password@host:port/vhost`, or `amqps://` for TLS "
     "with the certificate verified): dispatch and retry queues. A cluster: every node's URL, "
     "separated by `;` (kombu's fail-over form), all with the same virtual host; publishers "

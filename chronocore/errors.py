@@ -6,6 +6,8 @@ Each class keeps the built-in base a caller would reach for (``ValueError`` for 
 
 from __future__ import annotations
 
+import redis
+
 
 class ChronoCoreError(Exception):
     """Base class of every error ``chronocore`` raises."""
@@ -31,3 +33,9 @@ class InvalidGrant(ChronoCoreError, ValueError):
 
 class ProbeError(ChronoCoreError, OSError):
     """Raised when the probe port cannot be opened (in use, not allowed); names the port."""
+
+
+class RedisUnavailable(ChronoCoreError, redis.ConnectionError):
+    """Raised when redis-py's cluster client cannot reach the cluster (no node of ``REDIS_URL``
+    answers, or the nodes it reached do not serve every slot): its ``RedisClusterException``
+    is no ``redis.RedisError``, which every loop and view of Chrono handles as an outage."""

@@ -2,20 +2,91 @@
 
 The timer store (:func:`scheduler.timers.timer_store`) is built on it, and so are the API's rate
 limit and pending-job quota: one pool, one server.
+
+With ``CHRONO_REDIS_CLUSTER`` on, ``redis_url`` names one node of a Redis Cluster and the client
+is redis-py's :class:`redis.RedisCluster` (a pool per node, commands routed by key slot, the
+slot map refreshed after a failover). The two differ where Chrono's code meets them, and this
+module holds what bridges it: :func:`connect` for every client Chrono builds (a pub/sub
+listener's, a probe's with short time-outs), :func:`register_script` for Lua scripts that run in
+pipelines, and :func:`database_of` for the database a client's announcements are scoped to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 
 import redis
+from redis.commands.core import Script
+from redis.exceptions import RedisClusterException
 
 # get_config() here: the process's one Redis pool, made on first use by whatever needs it first:
 # the process edge, nothing owns it to hand it a configuration.
 from chronocore.config import get_config
+from chronocore.errors import RedisUnavailable
+
+# Either client; a pipeline of each is an instance of its client's class too.
+RedisClient = redis.Redis | redis.RedisCluster
+
+
+def connect(url: str, *, cluster: bool, **options: object) -> RedisClient:
+    """A new client of ``url``: a :class:`redis.RedisCluster` when ``cluster``, else a
+    :class:`redis.Redis`; ``options`` are either's keyword arguments (``socket_timeout``).
+
+    A cluster client reads the slot map when it is made, so it fails here, with
+    :class:`RedisUnavailable`, when no node answers; a single server's connects on first use."""
+    if cluster:
+        try:
+            return redis.RedisCluster.from_url(url, **options)
+        except RedisClusterException as exc:
+            raise RedisUnavailable(f"Redis Cluster of REDIS_URL: {exc}") from exc
+    return redis.Redis.from_url(url, **options)
 
 
 @cache
-def redis_client() -> redis.Redis:
+def redis_client() -> RedisClient:
     """This process's client (made on first use; ``redis_client.cache_clear()`` drops it)."""
-    return redis.Redis.from_url(get_config().redis_url)
+    config = get_config()
+    return connect(config.redis_url, cluster=config.redis_cluster)
+
+
+def is_cluster(client: RedisClient) -> bool:
+    """Whether ``client`` (or pipeline) talks to a Redis Cluster."""
+    return isinstance(client, redis.RedisCluster)
+
+
+def database_of(client: RedisClient) -> int | None:
+    """The database index ``client`` uses, or None on a cluster (whose only database is 0,
+    and whose pub/sub is not shared with anything else: a cluster holds one deployment)."""
+    if is_cluster(client):
+        return None
+    return int(client.get_connection_kwargs().get("db") or 0)
+
+
+class ClusterScript:
+    """A Lua script run with ``EVAL`` (its source every call) on a Redis Cluster.
+
+    redis-py refuses ``EVALSHA`` inside a cluster pipeline (``Script`` objects only load
+    themselves into a single server's pipeline), and a replica promoted by a failover starts
+    with an empty script cache (Redis replicates a script's effects, not ``SCRIPT LOAD``), so a
+    SHA known to the old primary would fail on the new one. ``EVAL`` carries the script, and the
+    server caches it compiled by its SHA: the cost is the source's bytes on the wire (1-2 KB
+    per shard per call for the timer store's scripts).
+    """
+
+    def __init__(self, client: redis.RedisCluster, source: str) -> None:
+        self.registered_client = client
+        self.source = source
+
+    def __call__(self, keys: Sequence[object] = (), args: Sequence[object] = (),
+                 client: RedisClient | None = None):
+        target = self.registered_client if client is None else client
+        return target.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+
+def register_script(client: RedisClient, source: str) -> Script | ClusterScript:
+    """``client.register_script(source)``, or a :class:`ClusterScript` on a cluster; either is
+    called as ``script(keys=…, args=…, client=pipeline)``."""
+    if is_cluster(client):
+        return ClusterScript(client, source)
+    return client.register_script(source)

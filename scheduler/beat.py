@@ -42,6 +42,7 @@ from django.db import (
 from chronocore.config import ChronoConfig
 from chronocore.probe import Progress
 from scheduler import calendar_store, metrics, occurrences
+from scheduler.announcements import Subscription
 from scheduler.attempts import load_waiting, mark_dispatched, policy_header
 from scheduler.bursts import PrepareRate, in_turns, prepare_horizon
 from scheduler.calendars import ExclusionCalendar
@@ -67,7 +68,7 @@ from scheduler.overlap import decide as decide_overlap
 from scheduler.ownership import ACQUIRE_RETRY_MS, ShardOwnership
 from scheduler.reconcile import Reconciler
 from scheduler.schedules import Schedule, hash_key_of
-from scheduler.timers import ANNOUNCE_CHANNEL, ClaimedTimer, TimerStore, shard_keys
+from scheduler.timers import ClaimedTimer, TimerStore, shard_keys
 from scheduler.wheel import TimingWheel
 
 STATS_LOG_INTERVAL_MS = 10_000
@@ -384,13 +385,12 @@ class Beat:
         backoff_s = 0.1
         while not self._stopping.is_set():
             try:
-                pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(ANNOUNCE_CHANNEL)
+                subscription = Subscription(self.store.client, self.store.announce_channel)
                 backoff_s = 0.1
                 while not self._stopping.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is not None:
-                        self._queue_announcement(message["data"])
+                    data = subscription.get(timeout_s=0.5)
+                    if data is not None:
+                        self._queue_announcement(data)
             except redis.RedisError as exc:
                 # Announcements sent while we were away are lost: rescan everything.
                 log.error("announce listener lost Redis, retrying in %.1f s: %r", backoff_s, exc)

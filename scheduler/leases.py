@@ -5,7 +5,8 @@ leases of the executions that process is running, in one statement, each guarded
 token. A renewal that matches nothing means the lease was lost (the reaper declared the attempt
 lost): the keeper stops renewing it and the run's result will be refused.
 
-The keeper also listens on ``chrono:cancel``: when an execution it holds is cancelled, it raises
+The keeper also listens on the deployment's cancel channel (``chrono:db<N>:cancel``,
+:mod:`scheduler.announcements`): when an execution it holds is cancelled, it raises
 ``SoftTimeLimitExceeded`` in the task (SIGUSR1, the signal Celery's pool uses for soft time
 limits) and, if the task still runs ``cancel_grace_ms`` later, kills the process (SIGKILL); the
 reaper then records the execution ``CANCELLED``. A cancellation whose announcement was missed is
@@ -25,8 +26,10 @@ import redis
 from django.db import DatabaseError, close_old_connections, connection
 
 from chronocore.config import ChronoConfig
+from chronocore.redis_client import connect
+from scheduler.announcements import Subscription
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.lifecycle import CANCEL_CHANNEL, LOCK_EXECUTIONS_IN_ORDER
+from scheduler.lifecycle import LOCK_EXECUTIONS_IN_ORDER, cancel_channel
 
 log = logging.getLogger("chrono.worker")
 
@@ -56,11 +59,13 @@ def renew_leases(held: dict[str, int], *, ttl_ms: int) -> tuple[set[str], set[st
 class LeaseKeeper(threading.Thread):
     """One per worker process, started on first use (after the pool forked)."""
 
-    def __init__(self, *, ttl_ms: int, cancel_grace_ms: int, redis_url: str) -> None:
+    def __init__(self, *, ttl_ms: int, cancel_grace_ms: int, redis_url: str,
+                 redis_cluster: bool = False) -> None:
         super().__init__(name="chrono-lease-keeper", daemon=True)
         self.ttl_ms = ttl_ms
         self.cancel_grace_ms = cancel_grace_ms
         self.redis_url = redis_url
+        self.redis_cluster = redis_cluster
         self._held: dict[str, int] = {}
         self._cancelling: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -75,21 +80,20 @@ class LeaseKeeper(threading.Thread):
             self._cancelling.pop(execution_id, None)
 
     def run(self) -> None:
-        pubsub = None
+        subscription = None
         next_renewal = time.monotonic() + self.ttl_ms / 3000
         while True:
             try:
-                if pubsub is None:
-                    pubsub = redis.Redis.from_url(self.redis_url).pubsub(
-                        ignore_subscribe_messages=True)
-                    pubsub.subscribe(CANCEL_CHANNEL)
-                message = pubsub.get_message(timeout=0.5)
-                if message is not None:
-                    self._cancel([i for i in message["data"].decode().splitlines()])
+                if subscription is None:
+                    client = connect(self.redis_url, cluster=self.redis_cluster)
+                    subscription = Subscription(client, cancel_channel(client))
+                data = subscription.get(timeout_s=0.5)
+                if data is not None:
+                    self._cancel([i for i in data.decode().splitlines()])
             except redis.RedisError as exc:
                 log.error("cancel listener lost Redis (renewals still see cancellations): %r",
                           exc)
-                pubsub = None
+                subscription = None
                 time.sleep(1)
             self._force_overdue()
             if time.monotonic() >= next_renewal:
@@ -144,6 +148,7 @@ def lease_keeper(config: ChronoConfig) -> LeaseKeeper:
         if _keeper is None or not _keeper.is_alive():
             _keeper = LeaseKeeper(ttl_ms=config.execution_lease_ttl_ms,
                                   cancel_grace_ms=config.cancel_grace_ms,
-                                  redis_url=config.redis_url)
+                                  redis_url=config.redis_url,
+                                  redis_cluster=config.redis_cluster)
             _keeper.start()
         return _keeper

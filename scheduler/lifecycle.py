@@ -28,8 +28,9 @@ it).
 and its lease renewals update the same rows at the same moment, and two statements locking rows
 in different orders deadlock.
 
-**Cancel channel.** A running execution asked to stop is announced on :data:`CANCEL_CHANNEL`
-(Redis pub/sub) to the worker running it (:mod:`scheduler.leases` listens).
+**Cancel channel.** A running execution asked to stop is announced on :func:`cancel_channel`
+(Redis pub/sub, scoped to the deployment: :mod:`scheduler.announcements`) to the worker running
+it (:mod:`scheduler.leases` listens).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from chronocore.redis_client import redis_client
+from chronocore.redis_client import RedisClient, redis_client
+from scheduler import announcements
 from scheduler.models import ExecutionStatus
 from search import audit
 
@@ -146,7 +148,12 @@ def unflagged_reason_sql(column: str) -> str:
 
 # -- the cancel channel ---------------------------------------------------------------------
 
-CANCEL_CHANNEL = "chrono:cancel"
+
+def cancel_channel(client: RedisClient) -> str:
+    """The cancel channel of the deployment ``client`` belongs to (``chrono:db<N>:cancel``)."""
+    return announcements.channel_for(announcements.CANCEL, client)
+
+
 # The audit row of a cancellation, in the statement that makes it (actor as a parameter), over
 # ``u``: the updated rows' execution_id, job_id, tenant_id, attempt, reason and finished_at.
 CANCELLED_AUDIT = audit.insert_select(
@@ -163,4 +170,5 @@ def announce_cancel(execution_ids: Sequence[str]) -> None:
     """Tell the workers running ``execution_ids`` to stop them (one message); a worker that
     misses it sees the request at its next lease renewal."""
     if execution_ids:
-        redis_client().publish(CANCEL_CHANNEL, "\n".join(execution_ids))
+        client = redis_client()
+        announcements.publish(client, cancel_channel(client), "\n".join(execution_ids))

@@ -8,6 +8,15 @@ beat checks the job in PostgreSQL when the timer comes due and drops it.
 
 Shards are read by index range (``chrono_job.timer_key``) and their timers looked up by id, so a
 shard's comparison costs what its pending jobs cost, whatever else the sorted set holds.
+
+A beat's :class:`Reconciler` goes round its shards one every ``reconcile_shard_interval_ms``
+(two seconds: ten minutes for 256 shards), which is drift repair, not disaster repair. When
+Redis may have gone back in time it compares every owned shard at once instead: when the
+server's run id changes (a restart, which replays the AOF and loses up to its last second), or
+on a Redis Cluster when another node serves some of the slots (a replica promoted by a
+failover has what the asynchronous replication had sent it: timers added, moved or re-armed on
+the old primary in its last milliseconds may be missing). :func:`redis_incarnation` is looked
+at every second.
 """
 
 from __future__ import annotations
@@ -17,12 +26,13 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import redis
 from django.db import DatabaseError, close_old_connections, connection
 
+from chronocore.redis_client import RedisClient, is_cluster
 from scheduler.clock import datetime_to_ms
 from scheduler.models import Job
 from scheduler.sharding import timer_key_range
@@ -30,6 +40,7 @@ from scheduler.timers import TimerStore, shard_keys
 
 REBUILD_BATCH = 10_000
 LOOKUP_BATCH = 1_000
+INCARNATION_CHECK_INTERVAL_S = 1.0
 
 log = logging.getLogger("chrono.reconcile")
 
@@ -142,10 +153,30 @@ def rebuild_all(store: TimerStore, *, on_batch: Callable[[int], None] | None = N
     return written
 
 
+def serving_primaries(nodes: Mapping[str, Mapping[str, object]]) -> frozenset[str]:
+    """The ids of the primaries that serve slots, from redis-py's ``cluster_nodes()`` reply
+    (``{address: {"node_id", "flags", "slots", …}}``). A primary that failed keeps its slots
+    in this view until its replica is elected, so the set changes once per failover, when the
+    new primary serves them."""
+    return frozenset(
+        str(node["node_id"]) for node in nodes.values()
+        if "master" in str(node["flags"]).split(",") and node["slots"]
+    )
+
+
+def redis_incarnation(client: RedisClient) -> str | frozenset[str]:
+    """What changes when the data behind ``client`` may have gone back in time: a single
+    server's run id (new at every start), or a cluster's :func:`serving_primaries`."""
+    if is_cluster(client):
+        return serving_primaries(client.cluster_nodes())
+    return str(client.info("server")["run_id"])
+
+
 class Reconciler(threading.Thread):
     """A beat replica's background repair of its own shards: one shard every
     ``interval_ms``, round robin, and every newly gained shard at once (a shard taken over,
-    or all of them after Redis lost its data)."""
+    or all of them after Redis lost its data), and every owned shard at once after a Redis
+    restart or failover (:func:`redis_incarnation`)."""
 
     def __init__(self, store: TimerStore, *, interval_ms: int) -> None:
         super().__init__(name="chrono-reconciler", daemon=True)
@@ -156,6 +187,13 @@ class Reconciler(threading.Thread):
         self._urgent: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._cursor = 0
+        self._incarnation: str | frozenset[str] | None = None
+        self._next_incarnation_check = 0.0
+        # The pass over every owned shard after a restart or failover: what is left of it,
+        # when it began, and what it repaired (logged when it ends).
+        self._full_pass: set[int] = set()
+        self._full_pass_started = 0.0
+        self._full_pass_report = ReconcileReport()
 
     def gained(self, shards: list[int]) -> None:
         for shard in shards:
@@ -166,18 +204,52 @@ class Reconciler(threading.Thread):
 
     def run(self) -> None:
         while not self._stopping.is_set():
-            shard = self._next_shard()
-            if shard is not None:
-                try:
-                    self.totals += reconcile_shard(self.store, shard)
-                except (redis.RedisError, DatabaseError) as exc:
-                    log.error("reconciling shard %d failed, will retry: %r", shard, exc)
-                    close_old_connections()
-                    self._stopping.wait(1.0)
-                    continue
+            shard = None
+            try:
+                self._watch_incarnation()
+                shard = self._next_shard()
+                if shard is not None:
+                    self._note(shard, reconcile_shard(self.store, shard))
+            except (redis.RedisError, DatabaseError) as exc:
+                log.error("reconciling shard %s failed, will retry: %r", shard, exc)
+                if shard in self._full_pass:
+                    self._urgent.put(shard)  # not done: the pass after a failover needs it
+                close_old_connections()
+                self._stopping.wait(1.0)
+                continue
             if self._urgent.empty():
                 self._stopping.wait(self.interval_s)
         connection.close()
+
+    def _watch_incarnation(self) -> None:
+        now = time.monotonic()
+        if now < self._next_incarnation_check:
+            return
+        self._next_incarnation_check = now + INCARNATION_CHECK_INTERVAL_S
+        current = redis_incarnation(self.store.client)
+        previous, self._incarnation = self._incarnation, current
+        if previous is None or current == previous:
+            return
+        owned = sorted(self.owned)
+        log.warning("Redis restarted or failed over (%s): reconciling all %d owned shards "
+                    "with PostgreSQL now", _describe_change(previous, current), len(owned))
+        self._full_pass = set(owned)
+        self._full_pass_started = now
+        self._full_pass_report = ReconcileReport()
+        self.gained(owned)
+
+    def _note(self, shard: int, report: ReconcileReport) -> None:
+        self.totals += report
+        if shard not in self._full_pass:
+            return
+        self._full_pass.discard(shard)
+        self._full_pass_report += report
+        if not self._full_pass:
+            done = self._full_pass_report
+            log.warning("reconciled every owned shard after the Redis restart or failover in "
+                        "%.1f s: %d timers checked, %d missing added, %d misplaced moved",
+                        time.monotonic() - self._full_pass_started, done.checked, done.added,
+                        done.moved)
 
     def _next_shard(self) -> int | None:
         try:
@@ -188,7 +260,17 @@ class Reconciler(threading.Thread):
                 return None
             self._cursor = (self._cursor + 1) % len(owned)
             return owned[self._cursor]
-        return shard if shard in self.owned else None
+        if shard not in self.owned:
+            self._full_pass.discard(shard)  # moved to another replica, which reconciles it
+            return None
+        return shard
+
+
+def _describe_change(previous: str | frozenset[str], current: str | frozenset[str]) -> str:
+    if isinstance(previous, str) or isinstance(current, str):
+        return f"run id {previous} -> {current}"
+    return (f"primaries {', '.join(sorted(previous - current))} replaced by "
+            f"{', '.join(sorted(current - previous))}")
 
 
 def timed_rebuild(store: TimerStore, *, on_batch: Callable[[int], None] | None = None

@@ -11,8 +11,13 @@ Redis Cluster):
 ``{chrono:s}:claimed``   HASH, timer id -> fire time of the claimed occurrence.
 ``{chrono:s}:lease``     STRING ``"<replica id>|<fencing token>"`` with a TTL: who may claim.
 ``{chrono:s}:fence``     STRING counter bumped on every lease acquire.
-``chrono:announce``      pub/sub channel: timers added inside the beat's look-ahead window are
-                         announced here so their owner inserts them in its wheel at once.
+``chrono:db<N>:announce`` pub/sub channel (``chrono:announce``, sharded, on a Redis Cluster:
+                         :mod:`scheduler.announcements`): timers added inside the beat's
+                         look-ahead window are announced here so their owner inserts them in
+                         its wheel at once.
+
+On a Redis Cluster every script's keys are one shard's (one slot); a pipeline spreads over the
+nodes by slot, and the scripts run with ``EVAL`` (:class:`chronocore.redis_client.ClusterScript`).
 
 Redis is an index, PostgreSQL the truth: everything here can be rebuilt from the jobs table.
 """
@@ -28,10 +33,10 @@ from pathlib import Path
 import redis
 
 from chronocore.config import get_config
-from chronocore.redis_client import redis_client
+from chronocore.redis_client import RedisClient, connect, redis_client, register_script
+from scheduler import announcements
 from scheduler.sharding import shard_for, shard_tag
 
-ANNOUNCE_CHANNEL = "chrono:announce"
 LUA_DIR = Path(__file__).with_name("lua")
 
 
@@ -59,18 +64,19 @@ def shard_keys(shard: int) -> tuple[str, str, str, str]:
 class TimerStore:
     """Adds, removes, claims and acknowledges timers; every batch is one pipelined round trip."""
 
-    def __init__(self, client: redis.Redis, *, shard_count: int) -> None:
+    def __init__(self, client: RedisClient, *, shard_count: int) -> None:
         self.client = client
         self.shard_count = shard_count
-        self._claim = client.register_script(_lua_source("claim_due"))
-        self._ack = client.register_script(_lua_source("ack"))
-        self.acquire_lease_script = client.register_script(_lua_source("acquire_lease"))
-        self.renew_lease_script = client.register_script(_lua_source("renew_lease"))
-        self.release_lease_script = client.register_script(_lua_source("release_lease"))
+        self.announce_channel = announcements.channel_for(announcements.ANNOUNCE, client)
+        self._claim = register_script(client, _lua_source("claim_due"))
+        self._ack = register_script(client, _lua_source("ack"))
+        self.acquire_lease_script = register_script(client, _lua_source("acquire_lease"))
+        self.renew_lease_script = register_script(client, _lua_source("renew_lease"))
+        self.release_lease_script = register_script(client, _lua_source("release_lease"))
 
     @classmethod
-    def from_url(cls, url: str, *, shard_count: int) -> TimerStore:
-        return cls(redis.Redis.from_url(url), shard_count=shard_count)
+    def from_url(cls, url: str, *, shard_count: int, cluster: bool = False) -> TimerStore:
+        return cls(connect(url, cluster=cluster), shard_count=shard_count)
 
     def shard_of(self, timer_id: str) -> int:
         return shard_for(timer_id, self.shard_count)
@@ -98,7 +104,7 @@ class TimerStore:
         for shard, mapping in by_shard.items():
             pipe.zadd(shard_keys(shard)[0], mapping)
         if announce:
-            pipe.publish(ANNOUNCE_CHANNEL, "\n".join(announce))
+            announcements.publish(pipe, self.announce_channel, "\n".join(announce))
         pipe.execute()
         return sum(len(mapping) for mapping in by_shard.values())
 

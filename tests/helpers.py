@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from contextlib import contextmanager
 
 from localservices.processes import wait_until
 from tests.e2e.tasks import ATTEMPTS_KEY, DELIVERIES_KEY, DELIVERY_LOG_KEY, RUNS_KEY
@@ -52,3 +54,34 @@ def attempts_log(client) -> list[tuple[str, int, int]]:
         rows.append((execution_id, int(attempt), int(received)))
     return rows
 
+
+
+@contextmanager
+def process_redis(url: str, *, cluster: bool = False):
+    """This test process's Chrono on another Redis (another database, server or cluster) while
+    the block runs: REDIS_URL and CHRONO_REDIS_CLUSTER are set, and every cached client and
+    config dropped on the way in and out (the Python API, the timer store, the announcements
+    then use it as a process started with them would)."""
+    from chronocore.config import get_config
+    from chronocore.redis_client import redis_client
+    from scheduler.timers import timer_store
+
+    saved = {name: os.environ.get(name) for name in ("REDIS_URL", "CHRONO_REDIS_CLUSTER")}
+
+    def forget() -> None:
+        get_config.cache_clear()
+        redis_client.cache_clear()
+        timer_store.cache_clear()
+
+    os.environ["REDIS_URL"] = url
+    os.environ["CHRONO_REDIS_CLUSTER"] = "true" if cluster else "false"
+    forget()
+    try:
+        yield redis_client()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        forget()

@@ -10,22 +10,20 @@ import math
 from functools import cache
 from pathlib import Path
 
-import redis
-
-from chronocore.redis_client import redis_client
+from chronocore.redis_client import RedisClient, redis_client, register_script
 
 _SCRIPT = Path(__file__).with_name("lua") / "rate_limit.lua"
 KEY_PREFIX = "chrono:api:rate:"
 
 
-def api_redis() -> redis.Redis:
+def api_redis() -> RedisClient:
     """The Redis connection pool of this process (the timer store's: one pool, one server)."""
     return redis_client()
 
 
 @cache
-def _rate_limit_script(client: redis.Redis):
-    return client.register_script(_SCRIPT.read_text())
+def _rate_limit_script(client: RedisClient):
+    return register_script(client, _SCRIPT.read_text())
 
 
 def _run(key: str, rate_per_minute: int, *, count: bool) -> int | None:

@@ -9,23 +9,30 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import redis
 from celery.signals import task_prerun
 
 from chronoadmin.celery import app
-from chronocore.config import get_config
+from chronocore.redis_client import redis_client
 
 RUNS_KEY = "e2e:runs"
 DELIVERIES_KEY = "e2e:deliveries"
 DELIVERY_LOG_KEY = "e2e:delivery_log"
 ATTEMPTS_KEY = "e2e:attempts"
+EVIDENCE_URL_VARIABLE = "E2E_EVIDENCE_REDIS_URL"
 
 
-def _redis() -> redis.Redis:
-    # The process's config: REDIS_URL (the tests' database) with the credentials file's password.
-    return redis.Redis.from_url(get_config().redis_url)
+def _redis() -> redis.Redis | redis.RedisCluster:
+    """Where the evidence goes: the server E2E_EVIDENCE_REDIS_URL names (the cluster tests keep
+    it off the Redis Cluster they break), else the process's config: REDIS_URL (the tests'
+    database) with the credentials file's password, on a cluster when the process runs on one."""
+    evidence_url = os.environ.get(EVIDENCE_URL_VARIABLE)
+    if evidence_url:
+        return redis.Redis.from_url(evidence_url)
+    return redis_client()
 
 
 @task_prerun.connect
