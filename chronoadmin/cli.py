@@ -18,6 +18,9 @@ USAGE = """usage: chrono COMMAND [ARGS]
                             new passwords for the services (then restart Chrono's processes)
   services cluster-up|cluster-down rabbitmq [--ports A,B,C]
                             three clustered RabbitMQ nodes on loopback; prints BROKER_URL
+  services cluster-up|cluster-down redis [--ports A,…,F]
+                            a Redis Cluster on loopback (3 primaries, a replica each); prints
+                            REDIS_URL and CHRONO_REDIS_CLUSTER
   migrate                   create or update the database schema
   beat [--replica-id ID]    run a beat replica (fires timers)
   worker [--queues Q,…]     run a Celery worker with Chrono's integration

@@ -238,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--ports", type=_ports, default=None,
-        help="cluster-up: the AMQP ports of a new cluster's nodes, comma-separated "
-             "(default 5701,5702,5703)",
+        help="cluster-up: the ports of a new cluster's nodes, comma-separated (rabbitmq: "
+             "AMQP, default 5701,5702,5703; redis: 3 primaries then their replicas, default "
+             "7101,…,7106)",
     )
     args = parser.parse_args(argv)
     if args.command in CLUSTER_COMMANDS:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -58,23 +59,6 @@ STATE_FILE = "cluster.env"
 SLOTS = 16_384
 
 
-def parse_ports(text: str) -> tuple[int, ...]:
-    """``7101-7106`` or ``7101,7102,…`` as ports; raises :class:`ServiceConfigError`."""
-    try:
-        if "-" in text:
-            low, high = (int(part) for part in text.split("-", 1))
-            ports = tuple(range(low, high + 1))
-        else:
-            ports = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ServiceConfigError(f"--ports {text!r}: give FIRST-LAST or a comma list") from None
-    if any(not 1024 <= port <= 65_535 - BUS_PORT_OFFSET for port in ports):
-        raise ServiceConfigError(
-            f"--ports {text!r}: every port must be 1024 to {65_535 - BUS_PORT_OFFSET} (the "
-            f"cluster bus listens at port + {BUS_PORT_OFFSET})")
-    return ports
-
-
 @dataclass(kw_only=True)
 class LocalRedisCluster:
     """The nodes of one loopback Redis Cluster, by port. ``replicas`` per primary: the first
@@ -93,6 +77,10 @@ class LocalRedisCluster:
             raise ServiceConfigError(
                 f"a Redis Cluster needs at least 3 primaries: {len(self.ports)} ports cannot be "
                 f"split into primaries with {self.replicas} replica(s) each")
+        if any(not 1024 <= port <= 65_535 - BUS_PORT_OFFSET for port in self.ports):
+            raise ServiceConfigError(
+                f"ports {self.ports}: every port must be 1024 to {65_535 - BUS_PORT_OFFSET} "
+                f"(the cluster bus listens at port + {BUS_PORT_OFFSET})")
 
     # -- where things are --------------------------------------------------------------------
 
@@ -151,6 +139,8 @@ class LocalRedisCluster:
         self._refuse_busy_ports()
         make_traversable(self.directory)
         self.directory.chmod(0o750)
+        account = pwd.getpwnam(self.os_user)
+        os.chown(self.directory, account.pw_uid, account.pw_gid)
         self.save_state()
         for port in self.ports:
             if self.pid(port) is None:
@@ -159,7 +149,7 @@ class LocalRedisCluster:
                    "every node answering")
         if not self._slots_assigned():
             self._create()
-        self._wait(self.healthy, timeout_s, "cluster_state:ok with every replica in sync")
+        self.wait_healthy(timeout_s)
         log.info("redis cluster up: %s primaries, %s", len(self.primaries()),
                  ", ".join(self.startup_nodes))
 
@@ -182,7 +172,8 @@ class LocalRedisCluster:
             log_file=self.log_path(port), data_dir=node_dir,
             node_timeout_ms=self.node_timeout_ms, password=self.password,
         ), user=self.os_user, mode=0o640)
-        chown_tree(self.directory, self.os_user)
+        # This node's directory only: the running nodes rewrite their AOF files meanwhile.
+        chown_tree(node_dir, self.os_user)
         result = run_command(["redis-server", str(conf)], user=self.os_user, cwd=node_dir)
         if result.returncode != 0:
             raise ServiceStartError(f"redis-server on port {port} did not start: "
@@ -210,6 +201,11 @@ class LocalRedisCluster:
         )
         if result.returncode != 0:
             raise ServiceStartError(f"redis-cli --cluster create failed: {output_tail(result)}")
+
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Return once :meth:`healthy`; :class:`ServiceStartError` with the nodes' log tails
+        after ``timeout_s``."""
+        self._wait(self.healthy, timeout_s, "cluster_state:ok with every replica in sync")
 
     def _wait(self, condition, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -310,3 +306,33 @@ def parse_cluster_nodes(text: str) -> dict[int, dict[str, object]]:
             "slots": row[8:],
         }
     return nodes
+
+
+# -- `chrono services cluster-up|cluster-down redis` ----------------------------------------------
+
+
+def cluster_directory(data_dir: Path) -> Path:
+    """Where ``chrono services cluster-up redis`` keeps its cluster."""
+    return data_dir / "redis-cluster"
+
+
+def cluster_up(data_dir: Path, *, ports: tuple[int, ...] | None = None) -> str:
+    """Start (or find running) the cluster of ``data_dir``, print ``CHRONO_REDIS_CLUSTER=true``
+    and return the ``REDIS_URL`` Chrono's processes take (``chrono services cluster-up redis``
+    prints it). A cluster already there keeps its ports and password."""
+    directory = cluster_directory(data_dir)
+    cluster = LocalRedisCluster.from_state(directory) or LocalRedisCluster(
+        directory=directory, ports=ports or DEFAULT_PORTS)
+    cluster.start()
+    print("CHRONO_REDIS_CLUSTER=true")
+    return cluster.url
+
+
+def cluster_down(data_dir: Path) -> None:
+    """Stop the cluster of ``data_dir`` and delete its directory (its data is a test's)."""
+    cluster = LocalRedisCluster.from_state(cluster_directory(data_dir))
+    if cluster is None:
+        log.info("no redis cluster in %s", cluster_directory(data_dir))
+        return
+    cluster.remove()
+    log.info("redis cluster stopped and %s removed", cluster.directory)

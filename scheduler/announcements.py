@@ -63,15 +63,18 @@ class Subscription:
 
     :meth:`get` raises :class:`redis.ConnectionError` once the subscription is gone (the server
     went away, or a cluster moved the channel's slot and ended it with ``sunsubscribe``); the
-    caller then makes a new one, which on a cluster first re-reads the slot map, so that it
-    subscribes on the shard's primary after a failover.
+    caller then makes a new one, on the shard's primary of the moment.
     """
 
     def __init__(self, client: RedisClient, channel: str) -> None:
         self.channel = channel
         try:
             if is_cluster(client):
-                client.nodes_manager.initialize()
+                # The node the client's slot map names, never a refresh of that map from here:
+                # redis-py's NodesManager.initialize() disconnects the connection pools other
+                # threads of the process are using. After a failover the map is refreshed by
+                # the client itself on its first error, and a subscription made on the dead
+                # node fails and is made again.
                 node = client.get_node_from_key(channel)
                 self._pubsub = client.get_redis_connection(node).pubsub()
                 self._pubsub.ssubscribe(channel)
