@@ -177,7 +177,9 @@ def test_a_primary_killed_with_sigkill_fails_over_and_no_job_is_lost(cluster_pla
     for timer_id in on_victim:
         pipe.zscore(shard_keys(shard_for(timer_id, timer_store().shard_count))[0], timer_id)
     missing = sum(1 for score in pipe.execute() if score is None)
-    assert cluster.replica_of(victim) is None and replica in cluster.primaries()
+    # The nodes' views agree a moment after the client was served (gossip).
+    assert wait_for(lambda: replica in cluster.primaries() and cluster.replica_of(victim) is None,
+                    timeout_s=10), cluster.topology()
 
     # Every one-time job: the steady ones, the doomed, and those accepted during the gap (an
     # API call that raised after its commit included).
