@@ -91,11 +91,10 @@ def read_back(queue: str) -> list[tuple[str, int, int]]:
     """Every message waiting in ``queue``: (execution id, fire ms, published ms)."""
     import amqp
 
-    from scheduler.dispatch import amqp_connection_params
+    from bench.common import broker_connection
 
     seen: list[tuple[str, int, int]] = []
-    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
-        conn.connect()
+    with broker_connection() as conn:
         channel = conn.channel()
         channel.basic_qos(0, 1_000, False)
 

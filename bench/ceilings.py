@@ -59,11 +59,10 @@ def amqp_publish_per_s(broker_url: str, messages: int = PUBLISH_MESSAGES) -> flo
     passive declare returns after every publish before it on the channel was handled)."""
     import amqp
 
-    from scheduler.dispatch import amqp_connection_params
+    from bench.common import broker_connection
 
     queue = f"chrono-ceiling-{uuid.uuid4().hex[:8]}"
-    with amqp.Connection(**amqp_connection_params(broker_url)) as conn:
-        conn.connect()
+    with broker_connection(broker_url) as conn:
         channel = conn.channel()
         channel.queue_declare(queue, durable=True, auto_delete=False,
                               arguments={"x-queue-type": "quorum"})

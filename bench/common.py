@@ -70,13 +70,17 @@ def wait_for_worker(worker: ChronoProcess, hostname: str, *, timeout_s: float = 
                       timeout_s=timeout_s, what="its first heartbeat")
 
 
+def broker_connection(broker_url: str | None = None):
+    """A connected py-amqp connection to the first node of ``broker_url`` (the configuration's
+    by default; a cluster's nodes are tried in turn) that accepts one."""
+    from chronocore.broker_urls import split_broker_urls
+    from scheduler.dispatch import connect_to_first_node
+
+    return connect_to_first_node(split_broker_urls(broker_url or get_config().broker_url))[1]
+
+
 def delete_queue(queue: str) -> None:
-    import amqp
-
-    from scheduler.dispatch import amqp_connection_params
-
-    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
-        conn.connect()
+    with broker_connection() as conn:
         conn.channel().queue_delete(queue)
 
 
@@ -88,12 +92,7 @@ def machine() -> str:
 
 def queue_depth(queue: str) -> int:
     """Messages waiting in ``queue`` (with no consumer: every message ever published to it)."""
-    import amqp
-
-    from scheduler.dispatch import amqp_connection_params
-
-    with amqp.Connection(**amqp_connection_params(get_config().broker_url)) as conn:
-        conn.connect()
+    with broker_connection() as conn:
         _, count, _ = conn.channel().queue_declare(queue, passive=True)
     return count
 

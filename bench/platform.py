@@ -40,7 +40,11 @@ BENCH_REDIS_DB = int(os.environ.get("CHRONO_BENCH_REDIS_DB", "9"))
 
 
 def use_bench_redis_db(db: int = BENCH_REDIS_DB) -> None:
-    """Point this process (and the children it starts) at a benchmark's Redis database."""
+    """Point this process (and the children it starts) at a benchmark's Redis database (on a
+    Redis Cluster, whose only database is 0, the cluster named by REDIS_URL: the benchmark's
+    own, started with `chrono services cluster-up redis`)."""
+    if get_config().redis_cluster:
+        return
     parts = urlsplit(os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
     os.environ["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{db}"))
     get_config.cache_clear()
