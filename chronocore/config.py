@@ -22,6 +22,7 @@ from chronocore.credentials import (
     credentials_path,
     fill_urls,
     read_credentials,
+    split_hosts,
 )
 from chronocore.errors import ConfigError
 
@@ -427,9 +428,18 @@ DATABASE_URL_OPTIONS = frozenset({
 })
 
 
+# target_session_attrs values that keep libpq off a standby, for a URL of several hosts.
+WRITABLE_SESSION_ATTRS = frozenset({"read-write", "primary"})
+
+
 def database_settings(url: str) -> dict[str, object]:
     """Django ``DATABASES['default']`` for a ``postgresql://user:pass@host:port/name[?opt=v]``
-    URL: any host, and the libpq parameters of :data:`DATABASE_URL_OPTIONS` as its query."""
+    URL: any host, and the libpq parameters of :data:`DATABASE_URL_OPTIONS` as its query.
+
+    Several hosts (``@db1:5432,db2:5432``, libpq's multi-host form) become libpq's lists
+    (``HOST="db1,db2"``, ``PORT="5432,5432"``), which psycopg tries in turn; such a URL must
+    ask for the writable one (``target_session_attrs=read-write`` or ``primary``), or a
+    process could settle on a standby and fail every write."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"DATABASE_URL must start with postgresql://, got {parts.scheme!r}")
@@ -439,13 +449,24 @@ def database_settings(url: str) -> dict[str, object]:
             f"DATABASE_URL has unknown parameters {', '.join(unknown)}: use libpq's "
             f"({', '.join(sorted(DATABASE_URL_OPTIONS))})"
         )
+    try:
+        userinfo, hosts = split_hosts(parts.netloc)
+    except ValueError as error:
+        raise ConfigError(f"DATABASE_URL: {error}") from None
+    if len(hosts) > 1 and options.get("target_session_attrs") not in WRITABLE_SESSION_ATTRS:
+        raise ConfigError(
+            f"DATABASE_URL names {len(hosts)} hosts but not target_session_attrs=read-write: "
+            "add ?target_session_attrs=read-write (or primary) so that every process connects "
+            "to the server that accepts writes, not to a standby"
+        )
+    user, _, password = userinfo.partition(":")
     settings: dict[str, object] = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "chrono",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "127.0.0.1",
-        "PORT": str(parts.port or 5432),
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(host for host, _ in hosts if host) or "127.0.0.1",
+        "PORT": ",".join(str(port or 5432) for host, port in hosts if host) or "5432",
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
     }

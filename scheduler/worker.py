@@ -32,6 +32,7 @@ from django.db import DatabaseError, connection
 
 from chronocore import grants
 from chronocore.config import ChronoConfig, get_config
+from chronocore.database import connection_lost
 from scheduler import log_capture, metrics, rollups
 from scheduler.attempts import (
     end_attempt,
@@ -56,6 +57,12 @@ from scheduler.timers import timer_store
 log = logging.getLogger("chrono.worker")
 T = TypeVar("T")
 RECORD_ATTEMPTS = 3
+# A PostgreSQL failover (the primary lost, its standby promoted) takes seconds: a start or finish
+# whose connection broke is tried again for this long, so that a run that succeeded is recorded
+# as such rather than left RUNNING for the reaper to call lost (and run again). Below the default
+# execution lease (60 s); past a shorter lease the fencing check refuses the late write.
+RECORD_OUTAGE_S = 30.0
+RECORD_MAX_PAUSE_S = 1.0
 
 
 # Starts and finishes of a process's concurrent tasks (a thread pool) share statements, each
@@ -72,20 +79,30 @@ def connect_recording() -> None:
     _finish_connection.connect()
 
 
-def _retrying(record: Callable[[], T]) -> T:
+def _retrying(record: Callable[[], T], *, outage_s: float = RECORD_OUTAGE_S) -> T:
     """Run a recording statement, again after a short pause when PostgreSQL failed it (a
-    deadlock victim, a dropped connection); the last failure is raised."""
-    for attempt in range(1, RECORD_ATTEMPTS + 1):
+    deadlock victim: ``RECORD_ATTEMPTS`` tries); while the server cannot be reached
+    (:func:`chronocore.database.connection_lost`: the connection broke, the primary is being
+    replaced), again with back-off for up to ``outage_s``. The last failure is raised."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return record()
         except DatabaseError as exc:
-            if attempt == RECORD_ATTEMPTS:
+            if connection_lost(exc):
+                if time.monotonic() - started >= outage_s:
+                    raise
+                log.warning("recording failed (attempt %d, PostgreSQL unreachable for %.1f s), "
+                            "again: %r", attempt, time.monotonic() - started, exc)
+            elif attempt >= RECORD_ATTEMPTS:
                 raise
-            log.warning("recording failed (attempt %d of %d), again: %r", attempt,
-                        RECORD_ATTEMPTS, exc)
-            connection.close_if_unusable_or_obsolete()
-            time.sleep(0.05 * 2**attempt)
-    raise AssertionError("unreachable")
+            else:
+                log.warning("recording failed (attempt %d of %d), again: %r", attempt,
+                            RECORD_ATTEMPTS, exc)
+        connection.close_if_unusable_or_obsolete()
+        time.sleep(min(0.05 * 2**attempt, RECORD_MAX_PAUSE_S))
 
 
 class WorkerRuntime:
