@@ -79,11 +79,11 @@ def connect_recording() -> None:
     _finish_connection.connect()
 
 
-def _retrying(record: Callable[[], T], *, outage_s: float = RECORD_OUTAGE_S) -> T:
+def _retrying(record: Callable[[], T]) -> T:
     """Run a recording statement, again after a short pause when PostgreSQL failed it (a
     deadlock victim: ``RECORD_ATTEMPTS`` tries); while the server cannot be reached
     (:func:`chronocore.database.connection_lost`: the connection broke, the primary is being
-    replaced), again with back-off for up to ``outage_s``. The last failure is raised."""
+    replaced), again with back-off for up to ``RECORD_OUTAGE_S``. The last failure is raised."""
     started = time.monotonic()
     attempt = 0
     while True:
@@ -92,7 +92,7 @@ def _retrying(record: Callable[[], T], *, outage_s: float = RECORD_OUTAGE_S) -> 
             return record()
         except DatabaseError as exc:
             if connection_lost(exc):
-                if time.monotonic() - started >= outage_s:
+                if time.monotonic() - started >= RECORD_OUTAGE_S:
                     raise
                 log.warning("recording failed (attempt %d, PostgreSQL unreachable for %.1f s), "
                             "again: %r", attempt, time.monotonic() - started, exc)
