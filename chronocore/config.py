@@ -64,6 +64,13 @@ class ChronoConfig:
     # /var/lib/chrono/static, since an installed package's directory is no place for them).
     static_root: str = ""
 
+    # What beat, worker, reaper, indexer, workflow engine and web do when a service they depend
+    # on is set in a way that loses work (Redis evicting or without AOF, a classic queue where
+    # Chrono's are quorum queues, PostgreSQL with synchronous_commit off…): "error" refuses to
+    # start, "warn" logs it and starts, "off" asks nothing. Empty: "error" under the production
+    # settings, "warn" under the development ones (chronocore/service_checks.py).
+    service_checks: str = ""
+
     # Workflows: every worker's main process runs the engine's listener unless this is off, for
     # deployments that run `chrono workflow-engine` processes instead (a listener among a
     # thread pool's task threads waits for the GIL on every statement).
@@ -286,6 +293,9 @@ class ChronoConfig:
                 f"REDIS_URL names database {redis_database(self.redis_url)} but "
                 "CHRONO_REDIS_CLUSTER is on, and a Redis Cluster has database 0 only: end "
                 "REDIS_URL with /0 (or no database)")
+        if self.service_checks not in ("", "error", "warn", "off"):
+            raise ConfigError(f"CHRONO_SERVICE_CHECKS={self.service_checks!r} must be error, "
+                              "warn or off (empty: the settings module's default)")
         if self.metrics_port > 65_535:
             raise ConfigError(f"CHRONO_METRICS_PORT={self.metrics_port} is not a TCP port "
                               "(0 to 65535; 0 serves none)")

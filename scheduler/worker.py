@@ -45,7 +45,13 @@ from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
-from scheduler.executions import FinishRequest, StartRequest, finish_executions, start_executions
+from scheduler.executions import (
+    FinishRequest,
+    StartRequest,
+    finish_executions,
+    start_executions,
+    started_by,
+)
 from scheduler.failures import failure_error, failure_traceback
 from scheduler.leases import lease_keeper
 from scheduler.lifecycle import StartedExecution
@@ -162,6 +168,16 @@ class ChronoTask(Task):
             log.error("could not start execution %s, message requeued: %r", execution_id, exc)
             metrics.count_outcome("requeued")
             raise Reject(exc, requeue=True) from exc
+        if started is None:
+            # A start committed whose answer a failover lost is this delivery's, not a duplicate.
+            try:
+                started = _retrying(lambda: started_by(request))
+            except DatabaseError as exc:
+                log.error("could not look whether execution %s was started by this delivery "
+                          "(the reaper recovers it if so): %r", execution_id, exc)
+            if started is not None:
+                log.warning("execution %s: its start was recorded before PostgreSQL's answer "
+                            "was lost; running it", execution_id)
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             metrics.count_outcome("not_startable")

@@ -119,6 +119,9 @@ def pair_platform(pg_pair, redis_client, tmp_path):
             "REDIS_URL": os.environ["REDIS_URL"],
             "CHRONO_DEFAULT_QUEUE": queue,
             "CHRONO_EXECUTION_LOG_SPOOL_DIR": str(tmp_path / "spool"),
+            # The pair commits synchronously, so the processes start under the production
+            # rule: refused on any setting that loses work (chronocore/service_checks.py).
+            "CHRONO_SERVICE_CHECKS": "error",
         },
         log_dir=tmp_path / "logs",
     )
