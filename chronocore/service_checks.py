@@ -22,11 +22,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import sys
 from collections.abc import Iterator
 
 from django.conf import settings
 from django.core import checks
 from django.core.management.base import CommandError
+
+from chronocore import logs
 
 SERVICES_TAG = "chrono_services"
 SERVICE_CHECK_MODES = ("error", "warn", "off")
@@ -56,28 +59,46 @@ class ServicesRefused(CommandError):
     depends on has a setting that loses work or a version that cannot run Chrono."""
 
 
-def check_at_start(process: str) -> list[checks.CheckMessage]:
+def check_at_start(process: str, *, log_format: str = "plain") -> list[checks.CheckMessage]:
     """Check the services' settings as ``process`` (``beat``, ``worker``…) starts: log what
-    is wrong, and raise :class:`ServicesRefused` on an error when the mode is ``error``.
-    Returns what the checks found (nothing when the mode is ``off``)."""
+    is wrong (on stderr, in the process's ``--log-format``: a worker's or web process's own
+    logging is set up only later, by Celery or gunicorn), and raise :class:`ServicesRefused`
+    on an error when the mode is ``error``. Returns what the checks found (nothing when the
+    mode is ``off``)."""
     mode = settings.CHRONO_SERVICE_CHECKS
     if mode == "off":
         return []
     with asking_services():
         found = checks.run_checks(tags=[SERVICES_TAG])
     errors = [message for message in found if message.is_serious()]
-    for message in found:
-        level = logging.ERROR if message.is_serious() else logging.WARNING
-        log.log(level, "%s: %s", process, _text(message))
+    with _reporting(log_format):
+        for message in found:
+            level = logging.ERROR if message.is_serious() else logging.WARNING
+            log.log(level, "%s: %s", process, _text(message))
+        if errors and mode != "error":
+            log.warning("%s: starting anyway (CHRONO_SERVICE_CHECKS=%s); fix the above before "
+                        "production", process, mode)
     if errors and mode == "error":
         raise ServicesRefused(
             f"chrono {process} refuses to start: the services it depends on are set in a way "
             "that loses work (CHRONO_SERVICE_CHECKS=error):\n"
             + "\n".join(f"  {_text(message)}" for message in errors))
-    if errors:
-        log.warning("%s: starting anyway (CHRONO_SERVICE_CHECKS=%s); fix the above before "
-                    "production", process, mode)
     return found
+
+
+@contextlib.contextmanager
+def _reporting(log_format: str) -> Iterator[None]:
+    """The check's lines on stderr in ``log_format``, whatever handlers the process has yet."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logs.formatter(log_format))
+    propagate = log.propagate
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
 
 
 def _text(message: checks.CheckMessage) -> str:

@@ -5,23 +5,32 @@ against its multi-host URL.
 The pair is the session's (it takes ~2 s to build, and a failover test leaves it failed over:
 a test that needs a fresh pair builds one with ``temporary_pair``); its directory is removed at
 the end of the session even when a test fails. It listens on ports 5503 and 5504 (the command's
-pair takes 5501 and 5502; the settings checks' throwaway servers take 5505 and up).
+pair takes 5501 and 5502). Below them, the start-up checks' throwaway servers, each set the
+wrong way on purpose (never the shared ones): a PostgreSQL on 5505, a Redis on 5507, a RabbitMQ
+node on 5508.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
+import amqp
 import psycopg
 import pytest
+import redis
 
 from chronocore.config import get_config
+from localservices import Endpoint, PostgresService, RabbitMQService, bring_up
 from localservices.pgcluster import PostgresPair, temporary_pair
-from localservices.processes import REPO_ROOT, ChronoProcess, ProcessGroup
+from localservices.processes import REPO_ROOT, ChronoProcess, ProcessGroup, wait_until
+from scheduler.dispatch import amqp_connection_params
 from tests.conftest import _delete_queue, owned_shards
 
 PAIR_PORTS = (5503, 5504)
@@ -128,3 +137,89 @@ def pair_platform(pg_pair, redis_client, tmp_path):
     yield PairPlatform(group, pg_pair, redis_client, queue)
     group.stop_all()
     _delete_queue(queue)
+
+
+# -- throwaway servers set the wrong way, for the start-up checks ----------------------------
+
+SCRATCH_POSTGRESQL_PORT = 5505
+SCRATCH_REDIS_PORT = 5507
+SCRATCH_RABBITMQ_PORT = 5508  # its Erlang distribution port: 25508
+SCRATCH_RABBITMQ_NODE = "chrono-pgfailover-scratch@localhost"
+
+
+def _scratch_dir(name: str) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix=f"chrono-scratch-{name}-"))
+    directory.chmod(0o711)  # the service users reach their data directories, no more
+    return directory
+
+
+@pytest.fixture(scope="session")
+def careless_postgresql(services_up):
+    """A PostgreSQL of its own (not the shared one) that commits without waiting for the disk
+    and runs with fsync and full_page_writes off: its URL. Stopped and removed at the end."""
+    base = _scratch_dir("postgresql")
+    password = secrets.token_urlsafe(18)
+    server = PostgresService(
+        endpoint=Endpoint(host="127.0.0.1", port=SCRATCH_POSTGRESQL_PORT, user="chrono",
+                          password=password, namespace="chrono"),
+        data_dir=base / "data", name="postgresql-scratch",
+        extra_settings={"synchronous_commit": "off", "fsync": "off", "full_page_writes": "off"})
+    try:
+        bring_up(server)
+        yield f"postgresql://chrono:{password}@127.0.0.1:{SCRATCH_POSTGRESQL_PORT}/chrono"
+    finally:
+        if server.running():
+            server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def evicting_redis(services_up):
+    """A redis-server of its own that evicts keys when full and keeps no AOF: its URL."""
+    base = _scratch_dir("redis")
+    password = secrets.token_hex(16)
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(SCRATCH_REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
+         "--requirepass", password, "--appendonly", "no", "--maxmemory", "64mb",
+         "--maxmemory-policy", "allkeys-lru", "--dir", str(base)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    client = redis.Redis(port=SCRATCH_REDIS_PORT, password=password, socket_timeout=2)
+    try:
+        assert wait_until(lambda: _pings(client), timeout_s=10), "scratch redis did not start"
+        yield f"redis://:{password}@127.0.0.1:{SCRATCH_REDIS_PORT}/0"
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def classic_queue_broker(services_up):
+    """A RabbitMQ node of its own holding a classic queue named like Chrono's default queue
+    (and nothing else of Chrono's): ``(its BROKER_URL, the queue's name)``."""
+    base = _scratch_dir("rabbitmq")
+    password = secrets.token_urlsafe(18)
+    node = RabbitMQService(
+        endpoint=Endpoint(host="127.0.0.1", port=SCRATCH_RABBITMQ_PORT, user="chrono",
+                          password=password, namespace="/"),
+        data_dir=base, name="rabbitmq-scratch", node_name=SCRATCH_RABBITMQ_NODE)
+    url = f"amqp://chrono:{password}@127.0.0.1:{SCRATCH_RABBITMQ_PORT}//"
+    queue = f"pgf-classic-{uuid.uuid4().hex[:8]}"
+    try:
+        bring_up(node)
+        with amqp.Connection(**amqp_connection_params(url)) as broker:
+            broker.connect()
+            broker.channel().queue_declare(queue, durable=True, auto_delete=False)
+        yield url, queue
+    finally:
+        if node.running():
+            node.stop()
+        shutil.rmtree(base, ignore_errors=True)

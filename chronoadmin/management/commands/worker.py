@@ -49,7 +49,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         from chronoadmin.celery import app, chrono_queue
 
-        check_at_start("worker")
+        check_at_start("worker", log_format=options["log_format"])
 
         queues = (options["queues"] or get_config().default_queue).split(",")
         app.conf.task_queues = [chrono_queue(name.strip()) for name in queues if name.strip()]

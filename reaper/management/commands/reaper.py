@@ -28,7 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args, metrics_port=None, log_level="INFO", log_format="plain",
                **options):
         logs.configure(log_level, log_format)
-        check_at_start("reaper")
+        check_at_start("reaper", log_format=log_format)
         config = get_config()
         reaper = Reaper(config=config, store=timer_store(),
                         publisher=Publisher(config.broker_url, origin="chrono-reaper"))

@@ -36,7 +36,7 @@ class Command(BaseCommand):
     def handle(self, *args, replica_id=None, metrics_port=None, log_level="INFO",
                log_format="plain", **options):
         logs.configure(log_level, log_format)
-        check_at_start("beat")
+        check_at_start("beat", log_format=log_format)
         replica_id = replica_id or f"{socket.gethostname()}-{os.getpid()}"
         config = get_config()
         beat = Beat(

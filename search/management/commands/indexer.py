@@ -40,7 +40,7 @@ class Command(BaseCommand):
                log_level: str = "INFO", log_format: str = "plain", no_logs: bool = False,
                logs_only: bool = False, **options):
         logs.configure(log_level, log_format)
-        check_at_start("indexer")
+        check_at_start("indexer", log_format=log_format)
         config = get_config()
         client = SearchClient.from_config(config)
         indexer = Indexer(client=client, config=config, batch_size=batch_size)
