@@ -45,16 +45,31 @@ def migrate(database_url: str) -> None:
     assert result.returncode == 0, f"migrate failed:\n{result.stdout}\n{result.stderr}"
 
 
+# Each test module names the fixtures it imports, and pytest counts each naming as a fixture of
+# its own: the pair is built once for all of them and removed after the last.
+_shared_pair: dict[str, object] = {"pair": None, "users": 0}
+
+
 @pytest.fixture(scope="session")
 def pg_pair(services_up):
     """A migrated primary and synchronous standby; both stopped and removed at the end."""
-    pair = temporary_pair(PAIR_PORTS)
+    if _shared_pair["pair"] is None:
+        pair = temporary_pair(PAIR_PORTS)
+        try:
+            pair.up()
+            migrate(pair.database_url())
+        except BaseException:
+            pair.down(remove=True)
+            raise
+        _shared_pair["pair"] = pair
+    _shared_pair["users"] += 1
     try:
-        pair.up()
-        migrate(pair.database_url())
-        yield pair
+        yield _shared_pair["pair"]
     finally:
-        pair.down(remove=True)
+        _shared_pair["users"] -= 1
+        if not _shared_pair["users"]:
+            _shared_pair["pair"].down(remove=True)
+            _shared_pair["pair"] = None
 
 
 def query(pair: PostgresPair, statement: str, params: tuple = ()) -> list[tuple]:
