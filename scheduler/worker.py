@@ -108,7 +108,7 @@ def _retrying(record: Callable[[], T]) -> T:
                 log.warning("recording failed (attempt %d of %d), again: %r", attempt,
                             RECORD_ATTEMPTS, exc)
         connection.close_if_unusable_or_obsolete()
-        time.sleep(min(0.05 * 2**attempt, RECORD_MAX_PAUSE_S))
+        time.sleep(min(0.05 * 2 ** min(attempt, 5), RECORD_MAX_PAUSE_S))
 
 
 class WorkerRuntime:
@@ -151,7 +151,16 @@ class ChronoTask(Task):
         if not execution_id:
             return super().__call__(*args, **kwargs)
         settings = runtime()
-        if (refused := self._grant_refusal(settings)) is not None:
+        try:
+            # The grants are read from PostgreSQL when the process's cache of them is stale: an
+            # error here escaped as the task's, and the message was acknowledged unrun.
+            refused = _retrying(lambda: self._grant_refusal(settings))
+        except DatabaseError as exc:
+            log.error("could not read the task grants of execution %s, message requeued: %r",
+                      execution_id, exc)
+            metrics.count_outcome("requeued")
+            raise Reject(exc, requeue=True) from exc
+        if refused is not None:
             self._refuse(execution_id, refused)
             return None
         request = StartRequest(

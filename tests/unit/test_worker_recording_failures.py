@@ -120,3 +120,30 @@ def test_a_start_gives_up_after_the_outage_budget_and_requeues(monkeypatch):
     assert raised.value.requeue is True
     assert starts.calls > worker.RECORD_ATTEMPTS, "gave up as on a refused statement"
     assert RAN == []
+
+
+def test_a_grant_look_up_that_cannot_reach_postgresql_waits_it_out_and_runs_the_task(
+        monkeypatch):
+    looks = {"calls": 0}
+
+    def refusal(tenant_id, task_name, queue):
+        looks["calls"] += 1
+        if looks["calls"] <= 3:
+            Unreachable(failures=1, result=None)([])
+        return None
+
+    monkeypatch.setattr(worker.grants, "refusal", refusal)
+    monkeypatch.setattr(worker, "_starts", Coalescer(Failing(0, started)))
+    monkeypatch.setattr(worker, "_finishes", Coalescer(Failing(0, lambda item: True)))
+    assert call_as_chrono(recorded, 6) == 6
+    assert (looks["calls"], RAN) == (4, [6])
+
+
+def test_a_grant_look_up_failing_past_the_outage_budget_requeues_the_message(monkeypatch):
+    monkeypatch.setattr(worker, "RECORD_OUTAGE_S", 0.05)
+    monkeypatch.setattr(worker.grants, "refusal",
+                        lambda *a: Unreachable(failures=1, result=None)([]))
+    with pytest.raises(Reject) as raised:
+        call_as_chrono(recorded, 7)
+    assert raised.value.requeue is True
+    assert RAN == []
