@@ -30,6 +30,7 @@ from django.core import checks
 from django.core.management.base import CommandError
 
 from chronocore import logs
+from chronocore.errors import ChronoCoreError
 
 SERVICES_TAG = "chrono_services"
 SERVICE_CHECK_MODES = ("error", "warn", "off")
@@ -54,9 +55,10 @@ def asked() -> bool:
     return _asking_services.get()
 
 
-class ServicesRefused(CommandError):
+class ServicesRefused(ChronoCoreError, CommandError):
     """Raised when a process starts with ``CHRONO_SERVICE_CHECKS=error`` and a service it
-    depends on has a setting that loses work or a version that cannot run Chrono."""
+    depends on has a setting that loses work or a version that cannot run Chrono (a
+    ``CommandError``: the command exits 1 with the message, no traceback)."""
 
 
 def check_at_start(process: str, *, log_format: str = "plain") -> list[checks.CheckMessage]:
