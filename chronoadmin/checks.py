@@ -1,5 +1,5 @@
 """Django system checks of the services' settings Chrono depends on (``chrono check --tag
-chrono_services``).
+chrono_services``, and every long-running process as it starts).
 
 What each one guards:
 
@@ -11,19 +11,24 @@ What each one guards:
   snapshot until the reconciler has gone round. Redis 7.0 or later: the API's quota takes
   ``EXPIRE … NX``, the reconciler ``ZMSCORE``.
 * **RabbitMQ** 3.10 or later: the dispatch queues are quorum queues and the retry tiers quorum
-  queues with a message TTL that dead-letter at least once, which 3.10 brought.
+  queues with a message TTL that dead-letter at least once, which 3.10 brought. A queue of
+  Chrono's that already exists with other arguments (a classic queue of the same name, made by
+  an older deployment or another app) refuses Chrono's declaration: an error naming it.
 * **PostgreSQL** 14 or later, Django 5.2's floor and newer than anything Chrono's statements
-  need.
+  need; ``synchronous_commit`` not ``off`` (a commit, a job's create call, returns only once it
+  is durable), ``fsync`` and ``full_page_writes`` on, a session that may write (not a standby),
+  and commits that wait for the synchronous standbys it names (docs/production.md, "Clusters").
 
 They ask the services, with timeouts of their own (2 s), so they run only when asked for by their
 tag (``chrono check --tag chrono_services``, ``manage.py check --tag chrono_services``), switched
-on by Chrono's ``check`` command (:func:`asking_services`), as Django runs its own checks that do
-I/O (the database's) only when asked. A plain ``check`` or ``check --deploy`` stays the static
-check a build runs where the services are not; and Django runs the registered checks before most
-other commands, whose processes (a beat, a worker) must neither wait for them nor refuse to start
-because a service is down for a moment: their loops retry with back-off. A service that does not
-answer is a warning (nothing could be checked), a setting that loses data or a version that
-cannot run Chrono an error, each with a hint saying what to change.
+on by Chrono's ``check`` command, and by every long-running process as it starts
+(:func:`chronocore.service_checks.check_at_start`: ``CHRONO_SERVICE_CHECKS`` says whether an
+error stops it), as Django runs its own checks that do I/O (the database's) only when asked. A
+plain ``check`` or ``check --deploy`` stays the static check a build runs where the services are
+not, and Django's own run of the registered checks before other commands asks nothing. A service
+that does not answer is a warning (nothing could be checked: a process starts, its loops retry
+with back-off), a setting that loses data or a version that cannot run Chrono an error, each
+with a hint saying what to change.
 
 The decisions are the pure functions below (``*_problems``), tested on their own; the check reads
 the values from the real services.
@@ -32,9 +37,8 @@ the values from the real services.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import amqp
@@ -45,26 +49,26 @@ from django.db import DatabaseError, connection
 from chronocore.broker_urls import split_broker_urls
 from chronocore.config import ChronoConfig, get_config
 from chronocore.redis_client import connect, is_cluster
-from scheduler.dispatch import amqp_connection_params
+from chronocore.service_checks import SERVICES_TAG, asked, asking_services
+from scheduler.dispatch import (
+    amqp_connection_params,
+    declare_queue,
+    declare_retry_tier,
+    retry_tier_name,
+)
+from scheduler.retry import RETRY_TIERS_MS
 
-SERVICES_TAG = "chrono_services"
+__all__ = ["SERVICES_TAG", "asking_services", "check_services", "service_problems"]
+
 TIMEOUT_S = 2.0
 
 MIN_REDIS = (7, 0)
 MIN_RABBITMQ = (3, 10)
 MIN_POSTGRESQL = (14,)
-
-_asking_services = contextvars.ContextVar("chrono_asking_services", default=False)
-
-
-@contextlib.contextmanager
-def asking_services() -> Iterator[None]:
-    """Run :func:`check_services` for real inside this block (Chrono's ``check`` command)."""
-    token = _asking_services.set(True)
-    try:
-        yield
-    finally:
-        _asking_services.reset(token)
+# The PostgreSQL settings read for the checks, as Chrono's own session sees them (a role's or
+# database's setting, or the URL's options, included).
+POSTGRESQL_SETTINGS = ("synchronous_commit", "fsync", "full_page_writes",
+                       "synchronous_standby_names", "transaction_read_only")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -96,13 +100,13 @@ def redis_problems(settings: Mapping[str, str], version: str, *, where: str) -> 
             id="chrono.E001",
         ))
     if settings.get("appendonly") != "yes":
-        problems.append(Warning(
+        problems.append(Error(
             f"Redis at {where} runs without AOF (appendonly {settings.get('appendonly')}): a "
-            "restart loses every timer added since its last snapshot, and those jobs wait for "
-            "the reconciler (or `chrono rebuild-timers`) to fire.",
+            "restart loses every timer added since its last snapshot, and those jobs fire late, "
+            "when the reconciler (or `chrono rebuild-timers`) has put them back.",
             hint="Set `appendonly yes` and `appendfsync everysec` in redis.conf (CONFIG SET "
                  "appendonly yes turns it on while it runs).",
-            id="chrono.W002",
+            id="chrono.E002",
         ))
     if parse_version(version) < MIN_REDIS:
         problems.append(Error(
@@ -141,6 +145,69 @@ def postgresql_problems(server_version_num: int, *, where: str) -> list[CheckMes
     )]
 
 
+def queue_problems(refusals: Mapping[str, str], *, where: str) -> list[CheckMessage]:
+    """What is wrong with Chrono's queues on a broker that refused their declarations as
+    ``refusals`` says (queue name → the broker's reason; only queues that exist are declared)."""
+    problems: list[CheckMessage] = []
+    for queue, reason in sorted(refusals.items()):
+        classic = "x-queue-type" in reason
+        problems.append(Error(
+            f"RabbitMQ at {where} has the queue {queue!r} "
+            + ("as a classic queue, but Chrono's queues are quorum queues (replicated, "
+               "at-least-once dead-lettering): " if classic else
+               "with other arguments than Chrono declares it with: ")
+            + f"declaring it is refused ({reason}).",
+            hint=f"Move its messages elsewhere (a shovel) and delete it (`rabbitmqctl "
+                 f"delete_queue {queue}`); Chrono declares it again as a quorum queue. Or "
+                 "give Chrono another queue name (CHRONO_DEFAULT_QUEUE, the job's queue).",
+            id="chrono.E012",
+        ))
+    return problems
+
+
+def postgresql_settings_problems(settings: Mapping[str, str], *, where: str
+                                 ) -> list[CheckMessage]:
+    """What is wrong with the PostgreSQL session whose ``current_setting`` of
+    :data:`POSTGRESQL_SETTINGS` answered ``settings``."""
+    problems: list[CheckMessage] = []
+    commit = settings.get("synchronous_commit")
+    if commit == "off":
+        problems.append(Error(
+            f"PostgreSQL at {where} runs with synchronous_commit off: a commit returns before "
+            "its WAL is on disk, so a crash loses jobs whose create call had returned (and "
+            "executions' ends, which then run again).",
+            hint="Set `synchronous_commit = on` in postgresql.conf and reload (or `ALTER ROLE "
+                 "<Chrono's user> SET synchronous_commit = on`); with a standby to fail over "
+                 "to, name it in synchronous_standby_names (docs/production.md, \"Clusters\").",
+            id="chrono.E006",
+        ))
+    for name in ("fsync", "full_page_writes"):
+        if settings.get(name) == "off":
+            problems.append(Error(
+                f"PostgreSQL at {where} runs with {name} off: a crash of the server can "
+                "corrupt the database, every job in it included.",
+                hint=f"Set `{name} = on` in postgresql.conf and restart PostgreSQL.",
+                id="chrono.E007",
+            ))
+    if settings.get("transaction_read_only") == "on":
+        problems.append(Error(
+            f"PostgreSQL at {where} gives Chrono a read-only session (a standby, or "
+            "default_transaction_read_only on): every write Chrono makes fails.",
+            hint="Point DATABASE_URL at the primary; with several hosts add "
+                 "`?target_session_attrs=read-write` so that each process finds it.",
+            id="chrono.E008",
+        ))
+    if settings.get("synchronous_standby_names") and commit == "local":
+        problems.append(Warning(
+            f"PostgreSQL at {where} names synchronous standbys but Chrono's commits do not "
+            "wait for them (synchronous_commit local): a failover to a standby loses the last "
+            "commits, jobs accepted among them.",
+            hint="Set `synchronous_commit = on` (or remote_apply) for Chrono's role.",
+            id="chrono.W011",
+        ))
+    return problems
+
+
 def unanswered(service: str, where: str, exc: BaseException) -> Warning:
     """A service that could not be asked: nothing of it was checked."""
     return Warning(
@@ -171,12 +238,49 @@ def check_redis(client: redis.Redis, *, where: str) -> list[CheckMessage]:
     return redis_problems(settings, version, where=where)
 
 
-def check_rabbitmq(url: str) -> list[CheckMessage]:
-    """Every node of ``url`` (``BROKER_URL`` lists each node of a cluster, ``;``-separated)."""
-    return [problem for node in split_broker_urls(url) for problem in _check_rabbitmq_node(node)]
+def chrono_queues(config: ChronoConfig) -> dict[str, Callable[[amqp.Channel], None]]:
+    """Chrono's queues a process of ``config`` uses, each with the declaration Chrono makes of
+    it: the default queue and the retry tiers."""
+    queues: dict[str, Callable[[amqp.Channel], None]] = {
+        config.default_queue: lambda channel: declare_queue(channel, config.default_queue)}
+    for tier_ms in RETRY_TIERS_MS:
+        queues[retry_tier_name(tier_ms)] = (
+            lambda channel, tier=tier_ms: declare_retry_tier(channel, tier))
+    return queues
 
 
-def _check_rabbitmq_node(url: str) -> list[CheckMessage]:
+def queue_refusals(broker: amqp.Connection,
+                   queues: Mapping[str, Callable[[amqp.Channel], None]]) -> dict[str, str]:
+    """For each of ``queues`` that exists on ``broker``, the broker's refusal of Chrono's own
+    declaration of it (``PRECONDITION_FAILED - inequivalent arg 'x-queue-type'…`` for a
+    classic queue); a queue that does not exist is not created (a passive declare first)."""
+    refusals: dict[str, str] = {}
+    for queue, declare in queues.items():
+        channel = broker.channel()
+        try:
+            channel.queue_declare(queue, passive=True)
+        except amqp.exceptions.NotFound:
+            continue  # closed the channel; Chrono declares the queue when it first uses it
+        try:
+            declare(channel)
+        except amqp.exceptions.PreconditionFailed as exc:
+            refusals[queue] = str(exc.reply_text or exc)
+            continue
+        with contextlib.suppress(OSError, amqp.exceptions.AMQPError):
+            channel.close()
+    return refusals
+
+
+def check_rabbitmq(url: str, queues: Mapping[str, Callable[[amqp.Channel], None]] | None = None
+                   ) -> list[CheckMessage]:
+    """Every node of ``url`` (``BROKER_URL`` lists each node of a cluster, ``;``-separated),
+    and on each, Chrono's ``queues`` that exist (:func:`queue_refusals`)."""
+    return [problem for node in split_broker_urls(url)
+            for problem in _check_rabbitmq_node(node, queues)]
+
+
+def _check_rabbitmq_node(url: str, queues: Mapping[str, Callable[[amqp.Channel], None]] | None
+                         ) -> list[CheckMessage]:
     params = amqp_connection_params(url)
     where = str(params["host"])
     broker = amqp.Connection(**params, connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S,
@@ -184,12 +288,21 @@ def _check_rabbitmq_node(url: str) -> list[CheckMessage]:
     try:
         broker.connect()
         version = _text({"v": broker.server_properties.get("version", "")})["v"]
+        refusals = queue_refusals(broker, queues or {})
     except (OSError, amqp.exceptions.AMQPError) as exc:
         return [unanswered("RabbitMQ", where, exc)]
     finally:
         with contextlib.suppress(OSError, amqp.exceptions.AMQPError):
             broker.close()
-    return rabbitmq_problems(version, where=where)
+    return rabbitmq_problems(version, where=where) + queue_problems(refusals, where=where)
+
+
+def postgresql_settings(names: Sequence[str] = POSTGRESQL_SETTINGS) -> dict[str, str]:
+    """``current_setting`` of each of ``names`` in Chrono's own session."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, current_setting(name) FROM unnest(%s::text[]) AS name",
+                       [list(names)])
+        return dict(cursor.fetchall())
 
 
 def check_postgresql() -> list[CheckMessage]:
@@ -197,16 +310,20 @@ def check_postgresql() -> list[CheckMessage]:
     where = f"{settings['HOST']}:{settings['PORT']}"
     try:
         connection.ensure_connection()
+        info = connection.connection.info
+        where = f"{info.host}:{info.port}"  # of a multi-host URL, the server it reached
         version = connection.pg_version
+        found = postgresql_settings()
     except DatabaseError as exc:  # Django refuses to connect to a server below its floor
         return [unanswered("PostgreSQL", where, exc)]
-    return postgresql_problems(version, where=where)
+    return (postgresql_problems(version, where=where)
+            + postgresql_settings_problems(found, where=where))
 
 
 def service_problems(config: ChronoConfig) -> list[CheckMessage]:
     """Every check above, against the services ``config`` names."""
-    return (check_redis_deployment(config) + check_rabbitmq(config.broker_url)
-            + check_postgresql())
+    return (check_redis_deployment(config)
+            + check_rabbitmq(config.broker_url, chrono_queues(config)) + check_postgresql())
 
 
 def check_redis_deployment(config: ChronoConfig) -> list[CheckMessage]:
@@ -229,8 +346,9 @@ def check_redis_deployment(config: ChronoConfig) -> list[CheckMessage]:
 
 def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The system check (registered by :class:`chronoadmin.apps.ChronoAdminConfig`): nothing
-    unless Chrono's ``check`` command was asked for its tag (see the module's docstring)."""
-    if not _asking_services.get():
+    unless Chrono's ``check`` command or a starting process asked for its tag (see the
+    module's docstring)."""
+    if not asked():
         return []
     # A Django check has no owner to be handed the configuration: it reads the process's.
     return service_problems(get_config())

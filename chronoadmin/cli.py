@@ -21,6 +21,9 @@ USAGE = """usage: chrono COMMAND [ARGS]
   services cluster-up|cluster-down redis [--ports A,…,F]
                             a Redis Cluster on loopback (3 primaries, a replica each); prints
                             REDIS_URL and CHRONO_REDIS_CLUSTER
+  services cluster-up|cluster-down postgresql [--ports A,B]
+                            a PostgreSQL primary and its synchronous standby on loopback;
+                            prints the multi-host DATABASE_URL
   migrate                   create or update the database schema
   beat [--replica-id ID]    run a beat replica (fires timers)
   worker [--queues Q,…]     run a Celery worker with Chrono's integration

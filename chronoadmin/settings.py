@@ -110,6 +110,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# What a starting process does about a service set in a way that loses work
+# (chronocore/service_checks.py): development logs it; settings_production refuses to start.
+CHRONO_SERVICE_CHECKS = CHRONO.service_checks or "warn"
+
 DATABASES = {"default": database_settings(CHRONO.database_url)}
 DATABASES["default"]["TEST"] = {"NAME": CHRONO.test_database_name}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

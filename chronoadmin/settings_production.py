@@ -30,6 +30,10 @@ if _weak:
         "which `chrono services up` generates)"
     )
 
+# A process refuses to start when a service it depends on loses work (CHRONO_SERVICE_CHECKS
+# given wins: "warn" to start anyway, "off" to ask nothing).
+CHRONO_SERVICE_CHECKS = CHRONO.service_checks or "error"
+
 DEBUG = False
 SECURE_SSL_REDIRECT = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

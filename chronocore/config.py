@@ -22,6 +22,7 @@ from chronocore.credentials import (
     credentials_path,
     fill_urls,
     read_credentials,
+    split_hosts,
 )
 from chronocore.errors import ConfigError
 
@@ -62,6 +63,13 @@ class ChronoConfig:
     # .chrono/static beside the code; a deployment gives a directory of its own, e.g.
     # /var/lib/chrono/static, since an installed package's directory is no place for them).
     static_root: str = ""
+
+    # What beat, worker, reaper, indexer, workflow engine and web do when a service they depend
+    # on is set in a way that loses work (Redis evicting or without AOF, a classic queue where
+    # Chrono's are quorum queues, PostgreSQL with synchronous_commit off…): "error" refuses to
+    # start, "warn" logs it and starts, "off" asks nothing. Empty: "error" under the production
+    # settings, "warn" under the development ones (chronocore/service_checks.py).
+    service_checks: str = ""
 
     # Workflows: every worker's main process runs the engine's listener unless this is off, for
     # deployments that run `chrono workflow-engine` processes instead (a listener among a
@@ -285,6 +293,9 @@ class ChronoConfig:
                 f"REDIS_URL names database {redis_database(self.redis_url)} but "
                 "CHRONO_REDIS_CLUSTER is on, and a Redis Cluster has database 0 only: end "
                 "REDIS_URL with /0 (or no database)")
+        if self.service_checks not in ("", "error", "warn", "off"):
+            raise ConfigError(f"CHRONO_SERVICE_CHECKS={self.service_checks!r} must be error, "
+                              "warn or off (empty: the settings module's default)")
         if self.metrics_port > 65_535:
             raise ConfigError(f"CHRONO_METRICS_PORT={self.metrics_port} is not a TCP port "
                               "(0 to 65535; 0 serves none)")
@@ -427,9 +438,18 @@ DATABASE_URL_OPTIONS = frozenset({
 })
 
 
+# target_session_attrs values that keep libpq off a standby, for a URL of several hosts.
+WRITABLE_SESSION_ATTRS = frozenset({"read-write", "primary"})
+
+
 def database_settings(url: str) -> dict[str, object]:
     """Django ``DATABASES['default']`` for a ``postgresql://user:pass@host:port/name[?opt=v]``
-    URL: any host, and the libpq parameters of :data:`DATABASE_URL_OPTIONS` as its query."""
+    URL: any host, and the libpq parameters of :data:`DATABASE_URL_OPTIONS` as its query.
+
+    Several hosts (``@db1:5432,db2:5432``, libpq's multi-host form) become libpq's lists
+    (``HOST="db1,db2"``, ``PORT="5432,5432"``), which psycopg tries in turn; such a URL must
+    ask for the writable one (``target_session_attrs=read-write`` or ``primary``), or a
+    process could settle on a standby and fail every write."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"DATABASE_URL must start with postgresql://, got {parts.scheme!r}")
@@ -439,13 +459,24 @@ def database_settings(url: str) -> dict[str, object]:
             f"DATABASE_URL has unknown parameters {', '.join(unknown)}: use libpq's "
             f"({', '.join(sorted(DATABASE_URL_OPTIONS))})"
         )
+    try:
+        userinfo, hosts = split_hosts(parts.netloc)
+    except ValueError as error:
+        raise ConfigError(f"DATABASE_URL: {error}") from None
+    if len(hosts) > 1 and options.get("target_session_attrs") not in WRITABLE_SESSION_ATTRS:
+        raise ConfigError(
+            f"DATABASE_URL names {len(hosts)} hosts but not target_session_attrs=read-write: "
+            "add ?target_session_attrs=read-write (or primary) so that every process connects "
+            "to the server that accepts writes, not to a standby"
+        )
+    user, _, password = userinfo.partition(":")
     settings: dict[str, object] = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "chrono",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "127.0.0.1",
-        "PORT": str(parts.port or 5432),
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(host for host, _ in hosts if host) or "127.0.0.1",
+        "PORT": ",".join(str(port or 5432) for host, port in hosts if host) or "5432",
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
     }

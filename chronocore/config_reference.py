@@ -20,8 +20,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Services and credentials", (
         "database_url", "redis_url", "redis_cluster", "broker_url", "search_url", "data_dir",
-        "credentials_file",
-        "search_api_key")),
+        "credentials_file", "search_api_key", "service_checks")),
     ("Django", ("secret_key", "debug", "allowed_hosts", "static_root")),
     ("Timer store and beat", (
         "shard_count", "tick_ms", "lookahead_ms", "scan_interval_ms", "claim_batch_size",
@@ -58,7 +57,17 @@ DESCRIPTIONS: dict[str, str] = {
     "database_url": "PostgreSQL, the source of truth (`postgresql://user:password@host:port/"
     "name`), on any host; libpq's parameters go in the query (`?sslmode=verify-full&"
     "sslrootcert=/etc/chrono/db-ca.pem`, others refused by name). A loopback URL without a "
-    "password takes its user and password from the credentials file.",
+    "password takes its user and password from the credentials file. Several hosts "
+    "(`@db1:5432,db2:5432`, a primary and its standbys) need `?target_session_attrs=read-write`:"
+    " every process then reconnects to whichever accepts writes after a failover "
+    "(docs/production.md, \"Clusters\").",
+    "service_checks": "What beat, worker, reaper, indexer, workflow engine and web do at "
+    "start-up about a service set in a way that loses work (Redis evicting or without AOF, a "
+    "classic queue where Chrono's are quorum queues, PostgreSQL with `synchronous_commit`, "
+    "`fsync` or `full_page_writes` off, a read-only connection): `error` refuses to start, "
+    "naming the setting and what to change; `warn` logs it and starts; `off` asks nothing. "
+    "Empty: `error` under `chronoadmin.settings_production`, `warn` under the development "
+    "settings (`chrono services up`'s PostgreSQL runs `synchronous_commit = off`).",
     "redis_url": "Redis: the timer store, shard leases, rate limits and quotas. Loopback "
     "without a password: completed from the credentials file.",
     "redis_cluster": "On: `REDIS_URL` names one node of a Redis Cluster (any node: the client "

@@ -141,6 +141,32 @@ def render_credentials(credentials: ServiceCredentials, *, header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def split_hosts(netloc: str) -> tuple[str, list[tuple[str, int | None]]]:
+    """A URL's ``userinfo@host[:port][,host[:port]…]`` as its userinfo (``""`` when none) and
+    its hosts, each with its port (None: the scheme's default). libpq's multi-host URLs
+    (``postgresql://u:p@db1:5432,db2:5432/chrono``) have several; an IPv6 host is in brackets.
+
+    Written here rather than taken from urllib: ``urlsplit`` reads one host, and fails on the
+    port of a list."""
+    userinfo, _, hostlist = netloc.rpartition("@")
+    hosts: list[tuple[str, int | None]] = []
+    for item in hostlist.split(","):
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest.removeprefix(":")
+        else:
+            host, _, port_text = item.partition(":")
+        if port_text and not port_text.isdigit():
+            raise ValueError(f"the port of {item!r} is not a number")
+        hosts.append((host.lower(), int(port_text) if port_text else None))
+    return userinfo, hosts
+
+
+def _host_text(host: str, port: int | None) -> str:
+    text = f"[{host}]" if ":" in host else host
+    return f"{text}:{port}" if port else text
+
+
 def with_secret(url: str, secret: Secret | None) -> str:
     """``url`` with ``secret``'s user and password, unless the URL needs none of them.
 
@@ -150,14 +176,17 @@ def with_secret(url: str, secret: Secret | None) -> str:
     if secret is None:
         return url
     parts = urlsplit(url)
-    if parts.password or parts.hostname not in LOOPBACK_HOSTS:
+    try:
+        _, hosts = split_hosts(parts.netloc)
+    except ValueError:
+        return url  # the URL's own parser names the mistake
+    if parts.password or any(host not in LOOPBACK_HOSTS for host, _ in hosts):
         return url
     if parts.username and unquote(parts.username) not in (secret.user, "default"):
         return url
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    port = f":{parts.port}" if parts.port else ""
     userinfo = f"{quote(secret.user, safe='')}:{quote(secret.password, safe='')}"
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}{port}"))
+    hostlist = ",".join(_host_text(host, port) for host, port in hosts)
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{hostlist}"))
 
 
 def fill_urls(urls: Mapping[str, str], credentials: ServiceCredentials) -> dict[str, str]:

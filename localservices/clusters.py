@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chronocore.credentials import DEFAULT_DATA_DIR
-from localservices import rabbitmq_cluster, redis_cluster
+from localservices import pgcluster, rabbitmq_cluster, redis_cluster
 
 # kind: (url variable, start it and return the url, stop and delete it)
 CLUSTER_KINDS: dict[str, tuple[str, Callable[..., str], Callable[[Path], None]]] = {
     "rabbitmq": ("BROKER_URL", rabbitmq_cluster.cluster_up, rabbitmq_cluster.cluster_down),
     # Its cluster_up also prints CHRONO_REDIS_CLUSTER=true, the second setting it needs.
     "redis": ("REDIS_URL", redis_cluster.cluster_up, redis_cluster.cluster_down),
+    "postgresql": ("DATABASE_URL", pgcluster.cluster_up, pgcluster.cluster_down),
 }
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 
+from localservices import pgcluster
 from localservices.base import (
     EVICTION_TIMEOUT_S,
     POLL_INTERVAL_S,
@@ -224,6 +225,11 @@ def _ports(text: str) -> tuple[int, ...]:
     return ports
 
 
+# How each kind of cluster reads its --ports.
+CLUSTER_PORTS: dict[str, Callable[[str], tuple[int, ...]]] = {
+    "rabbitmq": _ports, "redis": _ports, "postgresql": pgcluster.parse_ports}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m localservices up|down|status|rotate|cluster-up|cluster-down``; exit 1 on
     error or a service down."""
@@ -237,10 +243,11 @@ def main(argv: list[str] | None = None) -> int:
              f"cluster-down: which of {', '.join(CLUSTER_KINDS)}",
     )
     parser.add_argument(
-        "--ports", type=_ports, default=None,
-        help="cluster-up: the ports of a new cluster's nodes, comma-separated (rabbitmq: "
-             "AMQP, default 5701,5702,5703; redis: 3 primaries then their replicas, default "
-             "7101,…,7106)",
+        "--ports", default=None,
+        help="cluster-up of one kind: the ports of a new cluster's servers, comma-separated "
+             "(rabbitmq: AMQP, default 5701,5702,5703; redis: 3 primaries then their replicas, "
+             "default 7101,…,7106; postgresql: the primary's and the standby's, default "
+             "5501,5502)",
     )
     args = parser.parse_args(argv)
     if args.command in CLUSTER_COMMANDS:
@@ -248,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.command} takes one or more of {', '.join(CLUSTER_KINDS)}")
     elif args.services and args.command != "rotate":
         parser.error(f"{args.command} takes no service names; only rotate does")
+    if args.ports is not None:
+        if args.command != "cluster-up" or len(args.services) != 1:
+            parser.error("--ports goes with cluster-up of one kind")
+        try:
+            args.ports = CLUSTER_PORTS[args.services[0]](args.ports)
+        except argparse.ArgumentTypeError as error:
+            parser.error(str(error))
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s services: %(message)s", datefmt="%H:%M:%S"
     )

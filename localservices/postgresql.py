@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import glob
 import signal
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -52,6 +53,9 @@ class PostgresService:
     stop_signal: int = signal.SIGINT  # "fast" shutdown; SIGTERM would wait for every client
     start_timeout_s: float = 60.0
     os_user: str = "postgres"
+    # Settings written after the template's (the last value of a setting wins in
+    # postgresql.conf): a replicated pair's own (localservices.pgcluster).
+    extra_settings: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -192,6 +196,9 @@ class PostgresService:
     def _write_config(self) -> bool:
         """Write chrono.conf and pg_hba.conf; True when either changed."""
         conf = render_template("postgresql.conf", port=self.endpoint.port, socket_dir=self.data_dir)
+        if self.extra_settings:
+            conf += "\n# This server's own settings (they win over the ones above)\n" + "".join(
+                f"{name} = {value}\n" for name, value in self.extra_settings.items())
         conf_changed = write_owned(self.data_dir / "chrono.conf", conf, user=self.os_user)
         hba_changed = write_owned(
             self.data_dir / "pg_hba.conf",

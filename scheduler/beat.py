@@ -40,6 +40,7 @@ from django.db import (
 )
 
 from chronocore.config import ChronoConfig
+from chronocore.database import connection_lost
 from chronocore.probe import Progress
 from scheduler import calendar_store, metrics, occurrences
 from scheduler.announcements import Subscription
@@ -423,14 +424,34 @@ class Beat:
             # Prepared and handed to the firer a slice at a time, earliest first: the firer
             # publishes the first slice while the next is prepared, rather than all of a burst
             # (a 10,000-way fan-out, the top of the minute) after the whole of it.
-            for part in prepare_slices(claimed):
+            parts = prepare_slices(claimed)
+            for index, part in enumerate(parts):
                 started = time.perf_counter()
-                dispatch_isolating(self.dispatch, part, self._refused)
+                try:
+                    dispatch_isolating(self.dispatch, part, self._refused)
+                except DatabaseError as exc:
+                    if connection_lost(exc):
+                        self._hand_back([t for rest in parts[index:] for t in rest])
+                    raise
                 self.prepare_rate.measured(len(part), (time.perf_counter() - started) * 1000)
             per_shard: dict[int, int] = defaultdict(int)
             for timer in claimed:
                 per_shard[timer.shard] += 1
             shards = [s for s, n in per_shard.items() if n >= limit]
+
+    def _hand_back(self, timers: Sequence[ClaimedTimer]) -> None:
+        """Put claimed timers that PostgreSQL could not be reached to prepare back in their
+        shard's due set at their own fire time (none of them reached the firer or the
+        recorder), so that they fire as soon as it answers again (a failover to a promoted
+        standby takes seconds) rather than after their ack deadline."""
+        try:
+            self.store.ack(self.ownership.leases, [(t, t.fire_at_ms) for t in timers])
+        except redis.RedisError as exc:
+            log.error("could not hand %d claimed timers back (they are tried again after their "
+                      "ack deadline): %r", len(timers), exc)
+            return
+        log.warning("replica %s: PostgreSQL unreachable; %d claimed timers handed back to be "
+                    "claimed again", self.replica_id, len(timers))
 
     def _refused(self, timer: ClaimedTimer, exc: DatabaseError) -> None:
         self.counters.refused += 1

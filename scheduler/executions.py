@@ -28,7 +28,7 @@ from scheduler.lifecycle import (
     sql_statuses,
     unflagged_reason_sql,
 )
-from scheduler.models import ExecutionStatus
+from scheduler.models import Execution, ExecutionStatus
 from search import audit
 
 RESULT_REPR_LIMIT = 4_096
@@ -85,6 +85,22 @@ def start_executions(
         if execution_id in tokens:
             results[index] = StartedExecution(execution_id, tokens[execution_id], attempt)
     return results
+
+
+def started_by(request: StartRequest) -> StartedExecution | None:
+    """The run ``request`` itself started, when a start of it was committed but its answer
+    lost with the connection (PostgreSQL failed over between the commit and the reply), so
+    that trying the request again found the execution already running; None when another
+    delivery (another worker, attempt or start time) holds it, or nothing does.
+
+    A start writes the request's worker, attempt and start time (to the millisecond): a row
+    still holding all three is this request's."""
+    row = (Execution.objects.filter(
+        execution_id=request.execution_id, attempt=request.attempt, worker_id=request.worker_id,
+        started_at=ms_to_datetime(request.at_ms), status=ExecutionStatus.RUNNING)
+        .values_list("fencing_token", flat=True).first())
+    return None if row is None else StartedExecution(request.execution_id, row,
+                                                     request.attempt)
 
 
 @dataclass(frozen=True, slots=True)

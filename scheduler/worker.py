@@ -32,6 +32,7 @@ from django.db import DatabaseError, connection
 
 from chronocore import grants
 from chronocore.config import ChronoConfig, get_config
+from chronocore.database import connection_lost
 from scheduler import log_capture, metrics, rollups
 from scheduler.attempts import (
     end_attempt,
@@ -44,7 +45,13 @@ from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
-from scheduler.executions import FinishRequest, StartRequest, finish_executions, start_executions
+from scheduler.executions import (
+    FinishRequest,
+    StartRequest,
+    finish_executions,
+    start_executions,
+    started_by,
+)
 from scheduler.failures import failure_error, failure_traceback
 from scheduler.leases import lease_keeper
 from scheduler.lifecycle import StartedExecution
@@ -56,6 +63,12 @@ from scheduler.timers import timer_store
 log = logging.getLogger("chrono.worker")
 T = TypeVar("T")
 RECORD_ATTEMPTS = 3
+# A PostgreSQL failover (the primary lost, its standby promoted) takes seconds: a start or finish
+# whose connection broke is tried again for this long, so that a run that succeeded is recorded
+# as such rather than left RUNNING for the reaper to call lost (and run again). Below the default
+# execution lease (60 s); past a shorter lease the fencing check refuses the late write.
+RECORD_OUTAGE_S = 30.0
+RECORD_MAX_PAUSE_S = 1.0
 
 
 # Starts and finishes of a process's concurrent tasks (a thread pool) share statements, each
@@ -74,18 +87,28 @@ def connect_recording() -> None:
 
 def _retrying(record: Callable[[], T]) -> T:
     """Run a recording statement, again after a short pause when PostgreSQL failed it (a
-    deadlock victim, a dropped connection); the last failure is raised."""
-    for attempt in range(1, RECORD_ATTEMPTS + 1):
+    deadlock victim: ``RECORD_ATTEMPTS`` tries); while the server cannot be reached
+    (:func:`chronocore.database.connection_lost`: the connection broke, the primary is being
+    replaced), again with back-off for up to ``RECORD_OUTAGE_S``. The last failure is raised."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return record()
         except DatabaseError as exc:
-            if attempt == RECORD_ATTEMPTS:
+            if connection_lost(exc):
+                if time.monotonic() - started >= RECORD_OUTAGE_S:
+                    raise
+                log.warning("recording failed (attempt %d, PostgreSQL unreachable for %.1f s), "
+                            "again: %r", attempt, time.monotonic() - started, exc)
+            elif attempt >= RECORD_ATTEMPTS:
                 raise
-            log.warning("recording failed (attempt %d of %d), again: %r", attempt,
-                        RECORD_ATTEMPTS, exc)
-            connection.close_if_unusable_or_obsolete()
-            time.sleep(0.05 * 2**attempt)
-    raise AssertionError("unreachable")
+            else:
+                log.warning("recording failed (attempt %d of %d), again: %r", attempt,
+                            RECORD_ATTEMPTS, exc)
+        connection.close_if_unusable_or_obsolete()
+        time.sleep(min(0.05 * 2 ** min(attempt, 5), RECORD_MAX_PAUSE_S))
 
 
 class WorkerRuntime:
@@ -128,7 +151,16 @@ class ChronoTask(Task):
         if not execution_id:
             return super().__call__(*args, **kwargs)
         settings = runtime()
-        if (refused := self._grant_refusal(settings)) is not None:
+        try:
+            # The grants are read from PostgreSQL when the process's cache of them is stale: an
+            # error here escaped as the task's, and the message was acknowledged unrun.
+            refused = _retrying(lambda: self._grant_refusal(settings))
+        except DatabaseError as exc:
+            log.error("could not read the task grants of execution %s, message requeued: %r",
+                      execution_id, exc)
+            metrics.count_outcome("requeued")
+            raise Reject(exc, requeue=True) from exc
+        if refused is not None:
             self._refuse(execution_id, refused)
             return None
         request = StartRequest(
@@ -145,6 +177,16 @@ class ChronoTask(Task):
             log.error("could not start execution %s, message requeued: %r", execution_id, exc)
             metrics.count_outcome("requeued")
             raise Reject(exc, requeue=True) from exc
+        if started is None:
+            # A start committed whose answer a failover lost is this delivery's, not a duplicate.
+            try:
+                started = _retrying(lambda: started_by(request))
+            except DatabaseError as exc:
+                log.error("could not look whether execution %s was started by this delivery "
+                          "(the reaper recovers it if so): %r", execution_id, exc)
+            if started is not None:
+                log.warning("execution %s: its start was recorded before PostgreSQL's answer "
+                            "was lost; running it", execution_id)
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             metrics.count_outcome("not_startable")

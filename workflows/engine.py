@@ -938,7 +938,10 @@ class EngineListener(threading.Thread):
         try:
             listening.ensure_connection()
             raw = listening.connection
-            raw.execute(f"LISTEN {END_CHANNEL}")
+            # The raw connection's errors come out as Django's, which run() retries: a
+            # connection broken by a PostgreSQL failover raised psycopg's and ended the thread.
+            with listening.wrap_database_errors:
+                raw.execute(f"LISTEN {END_CHANNEL}")
             last_deadline_check = 0.0
             while not self._stopped.is_set():
                 while apply_pending_ends() >= APPLY_BATCH:
@@ -946,8 +949,9 @@ class EngineListener(threading.Thread):
                 if time.monotonic() - last_deadline_check >= self.interval_s:
                     check_deadlines()
                     last_deadline_check = time.monotonic()
-                for _ in raw.notifies(timeout=self.interval_s, stop_after=1):
-                    pass
+                with listening.wrap_database_errors:
+                    for _ in raw.notifies(timeout=self.interval_s, stop_after=1):
+                        pass
         finally:
             listening.close()
 

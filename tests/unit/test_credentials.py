@@ -104,6 +104,18 @@ def test_characters_of_a_chosen_password_are_quoted_in_the_url():
     assert url == "amqp://a%20b:p%40ss%3A%2Fw%23rd@127.0.0.1:5672//"
 
 
+def test_a_multi_host_loopback_url_takes_the_secret_for_every_host():
+    url = with_secret("postgresql://chrono@127.0.0.1:5501,localhost:5502/chrono"
+                      "?target_session_attrs=read-write", Secret(user="chrono", password="p/w"))
+    assert url == ("postgresql://chrono:p%2Fw@127.0.0.1:5501,localhost:5502/chrono"
+                   "?target_session_attrs=read-write")
+
+
+def test_a_multi_host_url_with_one_remote_host_gets_no_secret():
+    url = "postgresql://chrono@127.0.0.1:5501,db2.internal:5502/chrono"
+    assert with_secret(url, Secret(user="chrono", password="pw")) == url
+
+
 def test_the_config_completes_every_service_url_from_the_file(credentials_file):
     config = load_config({
         "CHRONO_CREDENTIALS_FILE": str(credentials_file),

@@ -46,3 +46,28 @@ def test_database_url_parameters_reach_libpq_as_options():
 def test_an_unknown_database_url_parameter_is_refused_naming_it():
     with pytest.raises(ConfigError, match="DATABASE_URL has unknown parameters sslmod:"):
         database_settings("postgresql://chrono:pw@db.internal/chrono?sslmod=require")
+
+
+def test_a_multi_host_database_url_gives_libpq_every_host_and_port_in_order():
+    settings = database_settings(
+        "postgresql://chrono:pw@127.0.0.1:5501,db2.internal:5502,[fd00::7]/chrono"
+        "?target_session_attrs=read-write")
+    assert settings["HOST"] == "127.0.0.1,db2.internal,fd00::7"
+    assert settings["PORT"] == "5501,5502,5432"
+    assert (settings["USER"], settings["PASSWORD"]) == ("chrono", "pw")
+    assert settings["OPTIONS"] == {"target_session_attrs": "read-write"}
+
+
+def test_a_multi_host_database_url_must_ask_for_the_writable_server():
+    with pytest.raises(ConfigError, match="names 2 hosts but not target_session_attrs=read-write"):
+        database_settings("postgresql://chrono:pw@db1:5432,db2:5432/chrono")
+    with pytest.raises(ConfigError, match="target_session_attrs=read-write"):
+        database_settings("postgresql://chrono:pw@db1,db2/chrono?target_session_attrs=any")
+    assert database_settings("postgresql://chrono:pw@db1,db2/chrono"
+                             "?target_session_attrs=primary")["HOST"] == "db1,db2"
+
+
+def test_a_database_url_port_that_is_not_a_number_is_refused_naming_it():
+    with pytest.raises(ConfigError, match="the port of 'db2:54x2' is not a number"):
+        database_settings("postgresql://chrono:pw@db1:5432,db2:54x2/chrono"
+                          "?target_session_attrs=read-write")

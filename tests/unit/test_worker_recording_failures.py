@@ -3,6 +3,7 @@ message (a start that cannot be recorded sends the message back to the queue).""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from celery.exceptions import Reject
 from django.db import OperationalError
@@ -86,3 +87,63 @@ def test_a_finish_that_cannot_be_recorded_still_returns_the_result(monkeypatch):
     assert call_as_chrono(recorded, 3) == 3  # the lease expires; the reaper decides
     assert RAN == [3]
     assert finishes.calls == worker.RECORD_ATTEMPTS
+
+
+class Unreachable(Failing):
+    """PostgreSQL away for ``failures`` calls, as during a failover: the connection is lost,
+    not the statement refused."""
+
+    def __call__(self, items):
+        self.calls += 1
+        if self.calls <= self.failures:
+            try:
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            except psycopg.OperationalError as cause:
+                raise OperationalError(str(cause)) from cause
+        return [self.result(item) for item in items]
+
+
+def test_a_finish_waits_out_a_failover_and_records_the_success(monkeypatch):
+    monkeypatch.setattr(worker, "_starts", Coalescer(Failing(0, started)))
+    finishes = Unreachable(failures=worker.RECORD_ATTEMPTS * 5, result=lambda item: True)
+    monkeypatch.setattr(worker, "_finishes", Coalescer(finishes))
+    assert call_as_chrono(recorded, 4) == 4
+    assert finishes.calls == worker.RECORD_ATTEMPTS * 5 + 1, "the success was not recorded"
+
+
+def test_a_start_gives_up_after_the_outage_budget_and_requeues(monkeypatch):
+    monkeypatch.setattr(worker, "RECORD_OUTAGE_S", 0.05)
+    starts = Unreachable(failures=10**9, result=started)
+    monkeypatch.setattr(worker, "_starts", Coalescer(starts))
+    with pytest.raises(Reject) as raised:
+        call_as_chrono(recorded, 5)
+    assert raised.value.requeue is True
+    assert starts.calls > worker.RECORD_ATTEMPTS, "gave up as on a refused statement"
+    assert RAN == []
+
+
+def test_a_grant_look_up_that_cannot_reach_postgresql_waits_it_out_and_runs_the_task(
+        monkeypatch):
+    looks = {"calls": 0}
+
+    def refusal(tenant_id, task_name, queue):
+        looks["calls"] += 1
+        if looks["calls"] <= 3:
+            Unreachable(failures=1, result=None)([])
+        return None
+
+    monkeypatch.setattr(worker.grants, "refusal", refusal)
+    monkeypatch.setattr(worker, "_starts", Coalescer(Failing(0, started)))
+    monkeypatch.setattr(worker, "_finishes", Coalescer(Failing(0, lambda item: True)))
+    assert call_as_chrono(recorded, 6) == 6
+    assert (looks["calls"], RAN) == (4, [6])
+
+
+def test_a_grant_look_up_failing_past_the_outage_budget_requeues_the_message(monkeypatch):
+    monkeypatch.setattr(worker, "RECORD_OUTAGE_S", 0.05)
+    monkeypatch.setattr(worker.grants, "refusal",
+                        lambda *a: Unreachable(failures=1, result=None)([]))
+    with pytest.raises(Reject) as raised:
+        call_as_chrono(recorded, 7)
+    assert raised.value.requeue is True
+    assert RAN == []

@@ -20,6 +20,7 @@ from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
 from chronocore import logs
+from chronocore.service_checks import check_at_start
 
 DEFAULT_ADDRPORT = "127.0.0.1:8000"
 DEFAULT_WORKERS = 2
@@ -105,6 +106,7 @@ class Command(BaseCommand):
 
     def handle(self, addrport, workers, threads, timeout, log_level, log_format, **options):
         check_static_files_collected()
+        check_at_start("web", log_format=log_format)
         # Whitenoise also serves STATIC_ROOT and warns in every worker when it does not exist.
         Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
         if workers < 1 or threads < 1:

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 # get_config() here: a command is the process edge: the queues, the probe port and what it serves.
 from chronocore import logs
 from chronocore.config import get_config
+from chronocore.service_checks import check_at_start
 from scheduler import multiprocess_metrics
 
 log = logging.getLogger("chrono.worker")
@@ -47,6 +48,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         from chronoadmin.celery import app, chrono_queue
+
+        check_at_start("worker", log_format=options["log_format"])
 
         queues = (options["queues"] or get_config().default_queue).split(",")
         app.conf.task_queues = [chrono_queue(name.strip()) for name in queues if name.strip()]

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from chronocore import logs
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
+from chronocore.service_checks import check_at_start
 from reaper.metrics import serve_reaper_probe
 from reaper.reaper import Reaper
 from scheduler.dispatch import Publisher
@@ -27,6 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args, metrics_port=None, log_level="INFO", log_format="plain",
                **options):
         logs.configure(log_level, log_format)
+        check_at_start("reaper", log_format=log_format)
         config = get_config()
         reaper = Reaper(config=config, store=timer_store(),
                         publisher=Publisher(config.broker_url, origin="chrono-reaper"))

@@ -14,6 +14,7 @@ from chronocore import logs
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
 from chronocore.runtime import freeze_startup_heap
+from chronocore.service_checks import check_at_start
 from scheduler.beat import Beat
 from scheduler.dispatch import Publisher
 from scheduler.metrics import serve_beat_probe
@@ -35,6 +36,7 @@ class Command(BaseCommand):
     def handle(self, *args, replica_id=None, metrics_port=None, log_level="INFO",
                log_format="plain", **options):
         logs.configure(log_level, log_format)
+        check_at_start("beat", log_format=log_format)
         replica_id = replica_id or f"{socket.gethostname()}-{os.getpid()}"
         config = get_config()
         beat = Beat(

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from chronocore import logs
 from chronocore.config import get_config
 from chronocore.probe import ProbeError, add_metrics_port_argument, chosen_port
+from chronocore.service_checks import check_at_start
 from search.client import SearchClient
 from search.indexer import Indexer
 from search.log_shipper import LogShipper
@@ -39,6 +40,7 @@ class Command(BaseCommand):
                log_level: str = "INFO", log_format: str = "plain", no_logs: bool = False,
                logs_only: bool = False, **options):
         logs.configure(log_level, log_format)
+        check_at_start("indexer", log_format=log_format)
         config = get_config()
         client = SearchClient.from_config(config)
         indexer = Indexer(client=client, config=config, batch_size=batch_size)

@@ -9,6 +9,7 @@ import signal
 from django.core.management.base import BaseCommand
 
 from chronocore import logs
+from chronocore.service_checks import check_at_start
 from workflows.engine import EngineListener
 
 
@@ -20,6 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, log_level="INFO", log_format="plain", **options):
         logs.configure(log_level, log_format)
+        check_at_start("workflow-engine", log_format=log_format)
         listener = EngineListener()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: listener.stop())
