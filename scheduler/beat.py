@@ -241,6 +241,12 @@ class Beat:
                     self._wakeup.set()
             except redis.RedisError as exc:
                 log.error("replica %s could not renew its leases: %r", self.replica_id, exc)
+            except Exception:  # noqa: BLE001 - a lapse must not end the replica (below)
+                # Anything else (a fault of the Redis client's, a bug): logged with its
+                # traceback and tried again. Ending the thread would end the replica; going on,
+                # a fault that persists lets the leases lapse, and the fencing token does the
+                # rest, as for an unreachable Redis.
+                log.exception("replica %s could not renew its leases", self.replica_id)
             self._left.wait(interval_s)
 
     def _sleep(self) -> None:

@@ -105,14 +105,16 @@ def _differences(
     found: dict[str, tuple[int, int | None]] = {}
     for offset in range(0, len(ids), LOOKUP_BATCH):
         chunk = ids[offset : offset + LOOKUP_BATCH]
-        pipe = store.client.pipeline(transaction=True)  # due and inflight as of one instant
-        pipe.zmscore(due, chunk)
-        pipe.zmscore(inflight, chunk)
-        due_scores, inflight_scores = pipe.execute()
+        # Due and inflight as of one instant: one script, not MULTI. On a Redis Cluster a
+        # transaction that meets a connection error during a failover leaves redis-py 6.4's
+        # slot map with a connection error taken for a redirection, and every later command of
+        # every thread of the process fails with AttributeError ('ClusterDownError' object has
+        # no attribute 'host'; redis/redis-py#3815 is the same fault in its asyncio client).
+        due_scores, inflight_scores = store.scores_script(keys=[due, inflight], args=chunk)
         for job_id, score, claimed in zip(chunk, due_scores, inflight_scores, strict=True):
             if claimed is not None:
                 continue  # the beat holds it
-            current = None if score is None else int(score)
+            current = None if score is None else int(float(score))  # the script's strings
             if current != expected[job_id]:
                 found[job_id] = (expected[job_id], current)
     return found

@@ -73,6 +73,7 @@ class TimerStore:
         self.acquire_lease_script = register_script(client, _lua_source("acquire_lease"))
         self.renew_lease_script = register_script(client, _lua_source("renew_lease"))
         self.release_lease_script = register_script(client, _lua_source("release_lease"))
+        self.scores_script = register_script(client, _lua_source("scores"))
 
     @classmethod
     def from_url(cls, url: str, *, shard_count: int, cluster: bool = False) -> TimerStore:
