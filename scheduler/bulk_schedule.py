@@ -162,9 +162,9 @@ def _plain_spec_item(item: dict) -> dict[str, object] | None:
     """The spec item :func:`_spec_item` makes of a one-time job by ``delay`` in seconds with no
     options and a payload of JSON's own types (a list of args, a dict of kwargs), in a few dict
     operations; None for any other item, which takes the general way (and gets its errors
-    worded there). The general conversion costs as much per item as the spec's validation; the
-    REST bulk path's items arrive in the spec's shape and pay neither (a test holds the two
-    conversions to the same result)."""
+    worded there). The general conversion of such an item costs more than the spec's own
+    validation of it, and the REST bulk path's items, which arrive in the spec's shape, pay
+    nothing of the kind (a test holds the two conversions to the same result)."""
     delay = item.get("delay")
     # type(), not isinstance: a bool (an int) is refused by the general way, as is a float
     # whose milliseconds are not finite.
