@@ -15,6 +15,17 @@ the benchmark's rows before each:
 
 The rates are jobs per second of wall time; ``rate_per_s`` is the first phase's, and
 ``vs_rest_bulk`` its ratio to the third. Everything shares this machine's cores.
+
+Each phase also reports the CPU seconds it cost (``<phase>_cpu_s``, from /proc, as
+:func:`bench.common.cpu_by_role` reads them): this process (``client``: the caller of
+``schedule_many``, or the REST client), the web process and its workers (``web``, REST only),
+PostgreSQL (every process of the server, the exited backends included: anything else using the
+server meanwhile counts too) and Redis; and ``<phase>_jobs_per_cpu_s``, jobs per CPU second of
+the client, the web process and PostgreSQL. That is the yardstick when the REST path's work is
+spread over more processes than ``schedule_many``'s one: the REST client here sends one request
+at a time, so one web worker works at a time whatever ``--web-workers`` says, and the two paths
+are the same chain (one Python process, then PostgreSQL) with the same COPY at its end.
+``vs_rest_bulk_per_cpu_s`` is the first phase's ratio to the third by that measure.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from pathlib import Path
 import orjson
 
 from bench.ceilings import reports_ceilings
-from bench.common import ensure_platform_ready, machine
+from bench.common import cpu_by_role, ensure_platform_ready, machine
 from bench.ingest import free_port, post_batch, start_web, wait_for_web
 from bench.platform import BENCH_REDIS_DB, clean_up, use_bench_redis_db
 from chronocore import grants
@@ -80,20 +91,47 @@ def rest_bodies(jobs: int, batch_size: int) -> list[bytes]:
             for start in range(0, jobs, batch_size)]
 
 
-def _phase(name: str, tenant: Tenant, batches, call) -> dict[str, object]:
-    """Time ``call(batch)`` over every batch; the jobs it created and the timers in Redis."""
+# cpu_by_role's roles, as this benchmark names them ("worker": the web process's tree).
+CPU_ROLES = {"bench": "client", "worker": "web", "postgresql": "postgresql", "redis": "redis"}
+# The CPU a job costs, by the module docstring's yardstick (Redis does the same for both).
+PER_JOB_ROLES = ("client", "web", "postgresql")
+
+
+def _phase(name: str, tenant: Tenant, batches, call, *, web_pid: int | None = None
+           ) -> dict[str, object]:
+    """Time ``call(batch)`` over every batch; the jobs it created, the timers in Redis, and
+    the CPU seconds of this process, the web process (``web_pid``) and the services."""
     clean_up(tenant)
     created = refused = 0
+    cpu_before = cpu_by_role(worker_pid=web_pid)
     started = time.perf_counter()
     for batch in batches:
         made, failed = call(batch)
         created += made
         refused += failed
     seconds = time.perf_counter() - started
+    cpu_after = cpu_by_role(worker_pid=web_pid)
     timers = timer_store().pending_count()
+    cpu_s = cpu_seconds(cpu_before, cpu_after, web=web_pid is not None)
     return {f"{name}_rate_per_s": round(created / seconds, 1), f"{name}_seconds":
             round(seconds, 3), f"{name}_created": created, f"{name}_refused": refused,
-            f"{name}_lost": created - timers}
+            f"{name}_lost": created - timers, f"{name}_cpu_s": cpu_s,
+            f"{name}_jobs_per_cpu_s": jobs_per_cpu_s(created, cpu_s)}
+
+
+def cpu_seconds(before: dict[str, float], after: dict[str, float], *, web: bool
+                ) -> dict[str, float]:
+    """The CPU seconds each role spent between two :func:`bench.common.cpu_by_role` readings,
+    under this benchmark's names (``web`` only when a web process ran)."""
+    return {name: round(after.get(role, 0.0) - before.get(role, 0.0), 3)
+            for role, name in CPU_ROLES.items() if web or name != "web"}
+
+
+def jobs_per_cpu_s(created: int, cpu_s: dict[str, float]) -> float | None:
+    """Jobs per CPU second of the client, the web process and PostgreSQL (None: no CPU time
+    was counted, which /proc's clock ticks make possible for a tiny run)."""
+    spent = sum(cpu_s.get(name, 0.0) for name in PER_JOB_ROLES)
+    return round(created / spent, 1) if spent > 0 else None
 
 
 @reports_ceilings(figure="rate_per_s", of="copy_rows_per_s")
@@ -136,7 +174,8 @@ def run(argv: list[str]) -> dict[str, object]:
 
     try:
         wait_for_web(web, port, api_key)
-        result |= _phase("rest_bulk", tenant, rest_bodies(args.jobs, args.batch_size), post)
+        result |= _phase("rest_bulk", tenant, rest_bodies(args.jobs, args.batch_size), post,
+                         web_pid=web.pid)
     finally:
         web.stop()
         ApiKey.objects.filter(tenant=tenant).delete()
@@ -144,6 +183,9 @@ def run(argv: list[str]) -> dict[str, object]:
     result["rate_per_s"] = result["schedule_many_rate_per_s"]
     result["vs_rest_bulk"] = round(result["schedule_many_rate_per_s"]
                                    / result["rest_bulk_rate_per_s"], 2)
+    per_cpu = (result["schedule_many_jobs_per_cpu_s"], result["rest_bulk_jobs_per_cpu_s"])
+    result["vs_rest_bulk_per_cpu_s"] = (round(per_cpu[0] / per_cpu[1], 2)
+                                        if None not in per_cpu else None)
     result["web_workers"] = args.web_workers
     result["machine"] = machine()
     return result

@@ -47,8 +47,11 @@ from localservices.search import SearchService
 from localservices.secrets import SERVICE_NAMES, ensure_credentials, rotate_credentials
 
 
-def registered_services(config: ServicesConfig) -> list[Service]:
-    """Chrono's services in start order (``down`` stops them in reverse)."""
+def registered_services(config: ServicesConfig, *, progress_drawn: bool = True
+                        ) -> list[Service]:
+    """Chrono's services in start order (``down`` stops them in reverse); ``progress_drawn``:
+    whether a long step of their start (the search launcher's build) draws its progress on a
+    terminal."""
     return [
         PostgresService(endpoint=config.database, data_dir=config.data_dir / "postgres"),
         RedisService(endpoint=config.redis, data_dir=config.data_dir / "redis"),
@@ -57,7 +60,8 @@ def registered_services(config: ServicesConfig) -> list[Service]:
             data_dir=config.data_dir / "rabbitmq",
             node_name=config.rabbitmq_node_name,
         ),
-        SearchService(endpoint=config.search, data_dir=config.data_dir / "search"),
+        SearchService(endpoint=config.search, data_dir=config.data_dir / "search",
+                      progress_drawn=progress_drawn),
     ]
 
 
@@ -159,20 +163,23 @@ def bring_up(service: Service) -> None:
     log.info("%s is up on %s, with credentials", service.name, service.address)
 
 
-def up(*, config: ServicesConfig | None = None) -> None:
+def up(*, config: ServicesConfig | None = None, progress_drawn: bool = True) -> None:
     """Generate missing credentials, install what is missing, and bring up every service that
     does not answer with its credentials or still lets clients in without them.
 
-    With ``config`` given, its endpoints are used as they are (no credentials generated).
+    With ``config`` given, its endpoints are used as they are (no credentials generated). The
+    long steps (apt-get, the search launcher's Maven build) draw their progress on a terminal
+    unless not ``progress_drawn``; off a terminal, or without, their phases are log lines.
     """
     if config is None:
         ensure_credentials()
         config = ServicesConfig.from_env()
-    services = registered_services(config)
+    services = registered_services(config, progress_drawn=progress_drawn)
     if all(secured(service) for service in services):
         log.info("all services already answer, with credentials")
         return
-    ensure_packages([package for service in services for package in service.packages])
+    ensure_packages([package for service in services for package in service.packages],
+                    progress_drawn=progress_drawn)
     make_traversable(config.data_dir)
     for service in services:
         bring_up(service)
@@ -249,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
              "default 7101,…,7106; postgresql: the primary's and the standby's, default "
              "5501,5502)",
     )
+    parser.add_argument(
+        "--no-progress", action="store_false", dest="progress",
+        help="up: draw no progress of apt and Maven on a terminal, log their phases instead "
+             "(as off a terminal)",
+    )
     args = parser.parse_args(argv)
     if args.command in CLUSTER_COMMANDS:
         if not args.services or set(args.services) - set(CLUSTER_KINDS):
@@ -262,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             args.ports = CLUSTER_PORTS[args.services[0]](args.ports)
         except argparse.ArgumentTypeError as error:
             parser.error(str(error))
+    if not args.progress and args.command != "up":
+        parser.error(f"{args.command} draws no progress; --no-progress is for up")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s services: %(message)s", datefmt="%H:%M:%S"
     )
@@ -272,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
             return cluster_command(args.command, args.services, ports=args.ports)
         if args.command == "rotate":
             rotate(args.services)
+        elif args.command == "up":
+            up(progress_drawn=args.progress)
         else:
-            (up if args.command == "up" else down)()
+            down()
     except ServiceError as error:
         log.error("%s", error)
         return 1

@@ -9,9 +9,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from chronocore.progress import phase_progress
+from localservices.apt_progress import AptProgress
 from localservices.base import log, output_tail, run_command
 from localservices.errors import ServiceInstallError
+from localservices.streamed import STATUS_FD, run_streamed
 
+APT_GET = "apt-get"
 APT_TIMEOUT_S = 1200.0
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 APT_LISTS_GLOB = "/var/lib/apt/lists/*_Packages*"
@@ -44,28 +48,44 @@ def _init_scripts_blocked() -> Iterator[None]:
         POLICY_RC_D.unlink(missing_ok=True)
 
 
-def _apt_get(*args: str) -> subprocess.CompletedProcess[str]:
+def _apt_get(*args: str, progress_drawn: bool = True) -> subprocess.CompletedProcess[str]:
+    """``apt-get ARGS`` with its progress shown while it runs (a bar on a terminal unless not
+    ``progress_drawn``, else a log line per phase and tenth: :mod:`localservices.apt_progress`);
+    dpkg's errors, if any, end the output, where :func:`output_tail` finds them."""
     log.info("running apt-get %s", " ".join(args))
-    return run_command(
-        ["apt-get", *args], env={"DEBIAN_FRONTEND": "noninteractive"}, timeout_s=APT_TIMEOUT_S
-    )
+    with phase_progress(f"apt-get {args[0]}", plain=lambda line: log.info("%s", line),
+                        enabled=progress_drawn) as display:
+        progress = AptProgress(display)
+        result = run_streamed(
+            [APT_GET, "-o", f"APT::Status-Fd={STATUS_FD}", *args],
+            env={"DEBIAN_FRONTEND": "noninteractive"}, timeout_s=APT_TIMEOUT_S,
+            on_output=progress.output_line, on_status=progress.status_line,
+        )
+        if result.returncode == 0:  # dpkg's own percent ends below 100
+            display.update("done", percent=100.0)
+    if progress.errors:
+        result.stdout += "".join(f"dpkg: {error}\n" for error in progress.errors)
+    return result
 
 
-def ensure_packages(packages: Sequence[str]) -> None:
-    """Install the Debian ``packages`` that are missing; ``apt-get update`` only if needed."""
+def ensure_packages(packages: Sequence[str], *, progress_drawn: bool = True) -> None:
+    """Install the Debian ``packages`` that are missing; ``apt-get update`` only if needed.
+    apt's progress is drawn on a terminal unless not ``progress_drawn`` (then, as off a
+    terminal, its phases are log lines)."""
     missing = _missing_packages(packages)
     if not missing:
         return
     if os.geteuid() != 0:
         raise ServiceInstallError(f"{', '.join(missing)} missing; run `chrono services up` as root")
     install = ("install", "-y", "--no-install-recommends", *missing)
+    drawn = {"progress_drawn": progress_drawn}
     with _init_scripts_blocked():
         if not glob.glob(APT_LISTS_GLOB):
-            _apt_get("update")
-        result = _apt_get(*install)
+            _apt_get("update", **drawn)
+        result = _apt_get(*install, **drawn)
         if result.returncode != 0:
-            _apt_get("update")
-            result = _apt_get(*install)
+            _apt_get("update", **drawn)
+            result = _apt_get(*install, **drawn)
     if result.returncode != 0:
         raise ServiceInstallError(
             f"apt-get could not install {', '.join(missing)}:\n{output_tail(result)}"

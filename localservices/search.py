@@ -38,6 +38,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chronocore.progress import phase_progress
 from localservices.base import (
     PROBE_TIMEOUT_S,
     chown_tree,
@@ -53,12 +54,15 @@ from localservices.base import (
 )
 from localservices.config import Endpoint
 from localservices.errors import ServiceStartError, ServiceStopError
+from localservices.maven_progress import MavenProgress
+from localservices.streamed import run_streamed
 
 LAUNCHER_DIR = Path(__file__).resolve().parents[1] / "search" / "launcher"
 MAIN_CLASS = "chrono.search.ChronoSearchNode"
 OS_USER = "chrono-search"
-# A cold build downloads about 50 MB of jars and Maven plugins into ~/.m2.
-MAVEN_BUILD = ("mvn", "-B", "-q", "clean", "package")
+# A cold build downloads about 50 MB of jars and Maven plugins into ~/.m2. Not quiet (-q):
+# its lines of plugin executions and downloads drive the progress display.
+MAVEN_BUILD = ("mvn", "-B", "clean", "package")
 BUILD_TIMEOUT_S = 1200.0
 BUILD_STAMP = "chrono-build.stamp"
 HEAP = "512m"
@@ -91,8 +95,10 @@ def build_is_stale(launcher_dir: Path) -> bool:
     return any(path.stat().st_mtime_ns > built_ns for path in launcher_sources(launcher_dir))
 
 
-def build_launcher(launcher_dir: Path) -> None:
-    """``mvn clean package`` in ``launcher_dir``, then a stamp naming this build.
+def build_launcher(launcher_dir: Path, *, progress_drawn: bool = True) -> None:
+    """``mvn clean package`` in ``launcher_dir``, then a stamp naming this build. Maven's
+    phases are drawn on a terminal unless not ``progress_drawn``, else logged
+    (:mod:`localservices.maven_progress`).
 
     ``clean`` first: the dependency plugin only adds jars to ``target/lib``, and a jar left from
     an older build would put two versions of one library on the node's classpath.
@@ -101,10 +107,15 @@ def build_launcher(launcher_dir: Path) -> None:
         raise ServiceStartError(f"the search launcher is missing: no {launcher_dir / 'pom.xml'}")
     log.info("building the search launcher (%s in %s)", " ".join(MAVEN_BUILD), launcher_dir)
     started = time.monotonic()
-    result = run_command(MAVEN_BUILD, cwd=launcher_dir, timeout_s=BUILD_TIMEOUT_S)
+    with phase_progress("mvn package", plain=lambda line: log.info("%s", line),
+                        enabled=progress_drawn) as display:
+        progress = MavenProgress(display)
+        result = run_streamed(MAVEN_BUILD, cwd=launcher_dir, timeout_s=BUILD_TIMEOUT_S,
+                              on_output=progress.output_line)
     if result.returncode != 0:
         raise ServiceStartError(
-            f"Maven could not build the search launcher in {launcher_dir}:\n{output_tail(result)}"
+            f"Maven could not build the search launcher in {launcher_dir}:\n"
+            f"{progress.failure() or output_tail(result)}"
         )
     (launcher_dir / "target" / BUILD_STAMP).write_text(f"{time.time_ns()}\n")
     log.info("built the search launcher in %.1f s", time.monotonic() - started)
@@ -192,6 +203,8 @@ class SearchService:
     start_timeout_s: float = 120.0
     os_user: str = OS_USER
     launcher_dir: Path = LAUNCHER_DIR
+    # Whether the launcher's Maven build draws its progress on a terminal (`--no-progress`).
+    progress_drawn: bool = True
     _launcher: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -305,7 +318,7 @@ class SearchService:
 
     def start(self) -> None:
         if build_is_stale(self.launcher_dir):
-            build_launcher(self.launcher_dir)
+            build_launcher(self.launcher_dir, progress_drawn=self.progress_drawn)
         for directory in (self.data_dir, self.data_dir / "logs", self.data_dir / "tmp"):
             directory.mkdir(mode=0o750, exist_ok=True)
         install_build(self.launcher_dir, self.install_dir)

@@ -14,6 +14,8 @@ import warnings
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+import orjson
+
 from scheduler import specs
 from scheduler.errors import InvalidJob
 from scheduler.misfire import MisfirePolicy, MisfireRule
@@ -32,11 +34,44 @@ def payload(args: object, kwargs: object) -> dict[str, object]:
         raise InvalidJob(f"kwargs must be a dict, got {type(kwargs).__name__}", field="kwargs")
     values = {}
     for name, value, kind in (("args", args, list), ("kwargs", kwargs, dict)):
-        try:
-            values[name] = json.loads(json.dumps(kind(value), allow_nan=False))
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidJob(f"{name} must be JSON-serialisable: {exc}", field=name) from None
+        value = kind(value)
+        values[name] = plain_json_copy(value)
+        if values[name] is None:
+            try:
+                values[name] = json.loads(json.dumps(value, allow_nan=False))
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise InvalidJob(f"{name} must be JSON-serialisable: {exc}",
+                                 field=name) from None
     return values
+
+
+# orjson writes datetimes, dataclasses and subclasses of str, int, dict and list itself unless
+# told not to; with these it refuses them, as the standard library's json does (or converts
+# them: an IntEnum becomes its int), and the conversion takes the slow way.
+_PASSTHROUGH = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+                | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+def plain_json_copy(value: list | dict) -> list | dict | None:
+    """A copy of ``value`` as JSON gives it back, when that copy equals it; None otherwise.
+
+    The standard library's round trip in :func:`payload` costs ~13 µs for ``[1]`` and ``{}``
+    (``allow_nan=False`` builds an encoder per call), nine tenths of ``schedule_many``'s Python
+    time per plain job; orjson's costs a tenth of that. orjson alone cannot be trusted to refuse
+    what json refuses (it writes a UUID and an Enum member as their values, NaN and infinity
+    as null, a tuple as a list), but then its copy differs from the value (a str, None, a
+    list where there was a UUID, NaN, a tuple): a copy equal to the value means the value
+    held only JSON's own types, for which the standard library's round trip gives the same
+    copy. Anything else (and what orjson refuses: non-string keys, integers beyond 64 bits,
+    nesting deeper than 254) returns None and takes the standard library's way, which words
+    the error."""
+    if not value:  # the common empty kwargs (or args) are their own copy
+        return type(value)() if type(value) in (list, dict) else None
+    try:
+        copied = orjson.loads(orjson.dumps(value, option=_PASSTHROUGH))
+    except orjson.JSONEncodeError:
+        return None
+    return copied if copied == value else None
 
 
 def when(delay: timedelta | float | None, at: datetime | None) -> dict[str, object]:
@@ -52,9 +87,15 @@ def when(delay: timedelta | float | None, at: datetime | None) -> dict[str, obje
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidJob(f"delay= takes seconds or a timedelta, got {type(delay).__name__}",
                          field="delay")
-    if not math.isfinite(seconds):
+    # An int is always finite (and one beyond a float's range would overflow isfinite); the
+    # spec's rules refuse the milliseconds of one beyond a hundred years.
+    if isinstance(seconds, float) and not math.isfinite(seconds):
         raise InvalidJob(f"delay= is {seconds}; give a number of seconds", field="delay")
-    return {"delay_ms": round(seconds * 1000)}
+    milliseconds = seconds * 1000
+    if isinstance(milliseconds, float) and not math.isfinite(milliseconds):
+        raise InvalidJob(f"delay= is {seconds} seconds, more than 100 years; give a smaller "
+                         "delay", field="delay")
+    return {"delay_ms": round(milliseconds)}
 
 
 def execution_options(

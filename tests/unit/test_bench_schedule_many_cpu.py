@@ -1,0 +1,33 @@
+"""``chrono bench schedule-many``'s CPU figures: the CPU seconds of each role between two
+readings of /proc, and jobs per CPU second of the client, the web process and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+from bench.common import cpu_by_role
+from bench.schedule_many import cpu_seconds, jobs_per_cpu_s
+
+
+def test_the_cpu_this_process_burns_is_the_clients():
+    before = cpu_by_role()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    spent = cpu_seconds(before, cpu_by_role(), web=False)
+    assert set(spent) == {"client", "postgresql", "redis"}
+    assert 0.15 <= spent["client"] <= 5  # /proc counts in clock ticks (10 ms)
+
+
+def test_the_web_role_is_reported_only_for_the_rest_phase():
+    before = {"bench": 1.0, "worker": 2.0, "postgresql": 3.0}
+    after = {"bench": 1.5, "worker": 4.0, "postgresql": 4.25, "redis": 0.5}
+    assert cpu_seconds(before, after, web=True) == {"client": 0.5, "web": 2.0,
+                                                    "postgresql": 1.25, "redis": 0.5}
+    assert "web" not in cpu_seconds(before, after, web=False)
+
+
+def test_jobs_per_cpu_second_count_the_client_the_web_process_and_postgresql_not_redis():
+    assert jobs_per_cpu_s(10_000, {"client": 0.2, "web": 0.1, "postgresql": 0.2,
+                                   "redis": 5.0}) == 20_000.0
+    assert jobs_per_cpu_s(10, {"client": 0.0, "postgresql": 0.0}) is None
