@@ -66,7 +66,7 @@ from scheduler.misfire import FirePlan, calendar_exclusion, jittered_ms, plan_oc
 from scheduler.occurrences import DueJob, PlannedOccurrence
 from scheduler.overlap import OverlapAction, is_guarded
 from scheduler.overlap import decide as decide_overlap
-from scheduler.ownership import ACQUIRE_RETRY_MS, ShardOwnership
+from scheduler.ownership import ACQUIRE_RETRY_MS, ShardOwnership, drain
 from scheduler.reconcile import Reconciler
 from scheduler.schedules import Schedule, hash_key_of
 from scheduler.timers import ClaimedTimer, TimerStore, shard_keys
@@ -279,7 +279,7 @@ class Beat:
             with self.counters.timed("scan"):
                 self._scan(now)
         self._take_announcements()
-        self._fenced(_drain(self.recorder.fenced))
+        self._fenced(drain(self.recorder.fenced))
         # Timers due within prepare_ahead_ms are claimed and prepared now, so that only the
         # publish is left for their fire time (the firer's); a burst further ahead that would
         # take longer to prepare than the time left before it, from now on (scheduler.bursts).
@@ -383,7 +383,7 @@ class Beat:
         self._next_scan_ms = now + self.config.scan_interval_ms // SCAN_SLICES
 
     def _take_announcements(self) -> None:
-        for shard, timer_id, fire_at_ms in _drain(self._announced) + _drain(self.recorder.rearmed):
+        for shard, timer_id, fire_at_ms in drain(self._announced) + drain(self.recorder.rearmed):
             if shard in self.ownership.claimable:
                 self.wheel.add(timer_id, fire_at_ms)
 
@@ -730,11 +730,3 @@ def _task_message(job: DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage
         },
     )
 
-
-def _drain(items: queue.SimpleQueue) -> list:
-    drained = []
-    while True:
-        try:
-            drained.append(items.get_nowait())
-        except queue.Empty:
-            return drained

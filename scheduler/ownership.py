@@ -107,7 +107,7 @@ class ShardOwnership:
         target = set(
             shards_owned_by(self.replica_id, self.live_replicas(now_ms), self.store.shard_count)
         )
-        change = OwnershipChange(lost=_drain(self.lost))
+        change = OwnershipChange(lost=drain(self.lost))
         held = set(self.leases)
         with self._lock:
             leaving = dict(self.leaving)
@@ -225,7 +225,9 @@ class ShardOwnership:
         self.store.client.zrem(REPLICAS_KEY, self.replica_id)
 
 
-def _drain(items: queue.SimpleQueue) -> list:
+def drain(items: queue.SimpleQueue) -> list:
+    """Everything waiting in ``items`` now, without blocking (the beat's queues between its
+    threads, and this module's lost shards)."""
     drained = []
     while True:
         try:
