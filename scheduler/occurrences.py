@@ -148,12 +148,15 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
             "  AS x(execution_id, job_id, fired_at)), "
             f"j AS (SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s::uuid[]) "
             "  FOR KEY SHARE), "
+            # The conflict target is the partitioned table's primary key (the partition key
+            # must be in it): the execution id is derived from the fire time, so the pair is
+            # as unique as the id (migration 0015).
             "ins AS (INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
             "  scheduled_for, status, error, logs_url, fencing_token) "
             "  SELECT x.execution_id, j.job_id, j.tenant_id, 1, x.fired_at, 'SCHEDULED', '', '', 0 "
             "  FROM x JOIN j ON j.job_id = x.job_id "
             "  WHERE j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
-            "  ON CONFLICT (execution_id) DO NOTHING) "
+            "  ON CONFLICT (execution_id, scheduled_for) DO NOTHING) "
             "SELECT * FROM j",
             [
                 prepared.array(execution_id_for(job_id, fire_ms) for job_id, fire_ms in claimed),
@@ -244,7 +247,7 @@ def record_misfires(occurrences: Sequence[PlannedOccurrence]) -> None:
             # Only for jobs that still exist, locked against deletion (see load_and_insert).
             "WHERE j IN (SELECT job_id FROM chrono_job WHERE job_id = ANY(%s::uuid[]) "
             "FOR KEY SHARE) "
-            "ON CONFLICT (execution_id) DO UPDATE SET status = EXCLUDED.status, "
+            "ON CONFLICT (execution_id, scheduled_for) DO UPDATE SET status = EXCLUDED.status, "
             "reason = EXCLUDED.reason, finished_at = EXCLUDED.finished_at "
             "WHERE chrono_execution.status = 'SCHEDULED' AND EXCLUDED.status = 'SKIPPED' "
             "RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, status, reason, "
