@@ -50,6 +50,7 @@ from scheduler.cancellation import settle_cancelled_lost
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.dispatch import DispatchError, Publisher
 from scheduler.errors import PartitioningMissing
+from scheduler.lifecycle import key_range
 from scheduler.queue_stats import BrokerUnavailable, QueueInspector
 from scheduler.retention import RetentionReport, run_retention
 from scheduler.retry import effective_policy
@@ -201,13 +202,15 @@ class Reaper:
                 [ms_to_datetime(now_ms()), since, since, BATCH],
             )
             rows = [AttemptRow.from_db(row) for row in cursor.fetchall()]
-            cancelled = [row.execution_id for row in rows if row.cancel_requested]
+            cancelled = [(row.execution_id, row.scheduled_for) for row in rows
+                         if row.cancel_requested]
             self.counters.cancelled += settle_cancelled_lost(cancelled)
             for row in rows:
                 if row.cancel_requested:
                     continue
                 outcome = end_attempt(
                     row.execution_id,
+                    scheduled_for=row.scheduled_for,
                     fencing_token=row.fencing_token,
                     from_status="RUNNING",
                     attempt=row.attempt,
@@ -249,18 +252,23 @@ class Reaper:
                 "ORDER BY retry_at LIMIT %s FOR UPDATE SKIP LOCKED) "
                 "UPDATE chrono_execution e SET retry_at = %s FROM due "
                 "WHERE e.execution_id = due.execution_id "
-                "AND e.scheduled_for = due.scheduled_for RETURNING e.execution_id",
+                "AND e.scheduled_for = due.scheduled_for "
+                "RETURNING e.execution_id, e.scheduled_for",
                 [ms_to_datetime(now - self.config.retry_overdue_grace_ms), since, since, BATCH,
                  ms_to_datetime(now)],
             )
-            ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
+            keys = cursor.fetchall()
+            if not keys:
                 return 0
+            times = [scheduled_for for _, scheduled_for in keys]
             cursor.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
                 # nosec B608 # ATTEMPT_COLUMNS is a module constant; every value is a parameter
-                "JOIN chrono_job j ON j.job_id = e.job_id WHERE e.execution_id = ANY(%s)",
-                [ids],
+                "JOIN chrono_job j ON j.job_id = e.job_id "
+                "JOIN unnest(%s::uuid[], %s::timestamptz[]) AS k(execution_id, scheduled_for) "
+                "ON k.execution_id = e.execution_id AND k.scheduled_for = e.scheduled_for "
+                "WHERE e.scheduled_for BETWEEN %s AND %s",
+                [[execution_id for execution_id, _ in keys], times, *key_range(times)],
             )
             rows = [AttemptRow.from_db(row) for row in cursor.fetchall()]
         self.publisher.publish_batch([row.message(row.attempt) for row in rows])
