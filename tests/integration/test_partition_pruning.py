@@ -21,11 +21,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from chronoadmin.celery import app
+from chronocore.config import get_config
 from scheduler import api, occurrences, partitions, prepared, rollups, worker
-from scheduler.attempts import end_attempt
+from scheduler.attempts import end_attempt, load_waiting
 from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled, request_cancel_running
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
+from scheduler.dispatch import Publisher
 from scheduler.executions import (
     FinishRequest,
     StartRequest,
@@ -34,7 +36,7 @@ from scheduler.executions import (
     start_executions,
 )
 from scheduler.leases import renew_leases
-from scheduler.lifecycle import execution_id_for
+from scheduler.lifecycle import RetryTimer, execution_id_for
 from scheduler.models import Execution, ExecutionStatus
 from scheduler.retry import RetryPolicy
 
@@ -164,11 +166,22 @@ def in_process_worker(monkeypatch):
     return held
 
 
-def run_as_the_worker(execution_id: str, fire_ms: int, tenant, *, fail: bool = False) -> None:
-    """Deliver the execution to ChronoTask in process, with the headers the beat sends."""
-    pruned.push_request(chrono_execution_id=execution_id, chrono_attempt=1,
-                        chrono_fire_ms=fire_ms, chrono_tenant_id=str(tenant.tenant_id),
-                        chrono_retry_policy=json.dumps(RetryPolicy(max_attempts=1).to_json()),
+NO_RETRIES = RetryPolicy(max_attempts=1)
+
+
+def beat_headers(execution_id: str, fire_ms: int, tenant,
+                 policy: RetryPolicy = NO_RETRIES) -> dict[str, object]:
+    """The Chrono headers of the beat's message of an occurrence (scheduler.beat)."""
+    return {"chrono_execution_id": execution_id, "chrono_attempt": 1, "chrono_fire_ms": fire_ms,
+            "chrono_tenant_id": str(tenant.tenant_id),
+            "chrono_retry_policy": json.dumps(policy.to_json())}
+
+
+def run_as_the_worker(execution_id: str, fire_ms: int, tenant, *, fail: bool = False,
+                      headers: dict[str, object] | None = None) -> None:
+    """Deliver the execution to ChronoTask in process, with the headers the beat sends (or
+    ``headers``)."""
+    pruned.push_request(**(headers or beat_headers(execution_id, fire_ms, tenant)),
                         hostname="w1@host", args=[], kwargs={"fail": fail}, delivery_info={})
     try:
         if fail:
@@ -242,3 +255,50 @@ def test_a_start_without_the_key_reads_every_day_as_the_check_sees(fortnight):
     ((_, plan),) = plans(lambda: start_execution(execution_id, attempt=1, worker_id="w1",
                                                  lease_ttl_ms=60_000))
     assert len(partitions_read(plan)) >= DAYS_BACK + 1
+
+
+class RecordingPublisher(Publisher):
+    """Keeps what it is asked to publish (what a message carries is this test's subject, not
+    RabbitMQ)."""
+
+    def __init__(self) -> None:
+        super().__init__(get_config().broker_url, origin="tests")
+        self.sent: list = []
+
+    def publish_batch(self, messages, *, retry_tier_ms: int = 0) -> None:
+        self.sent += list(messages)
+
+
+def test_every_attempts_message_carries_its_executions_scheduled_for(fortnight,
+                                                                     in_process_worker,
+                                                                     monkeypatch):
+    """chrono_fire_ms is the partition key of every attempt: the worker's next attempt copies
+    it, the reaper's and the beat's (built from the row) carry the row's, and the second
+    attempt's start reads today's partition alone."""
+    execution_id, fire_ms = occurrence(fortnight)
+    publisher = RecordingPublisher()
+    runtime = worker.WorkerRuntime(get_config())
+    runtime._publisher = publisher
+    monkeypatch.setattr(worker, "_runtime", runtime)
+    policy = RetryPolicy(max_attempts=3, initial_delay_ms=100, max_delay_ms=100)
+    run_as_the_worker(execution_id, fire_ms, fortnight, fail=True,
+                      headers=beat_headers(execution_id, fire_ms, fortnight, policy))
+    (second,) = publisher.sent
+    assert second.chrono_headers["chrono_attempt"] == 2
+    assert second.chrono_headers["chrono_fire_ms"] == fire_ms
+    (row,) = load_waiting([RetryTimer(execution_id, 2, fire_ms)])
+    assert row.message(3).chrono_headers["chrono_fire_ms"] == fire_ms
+    explained = plans(lambda: run_as_the_worker(execution_id, fire_ms, fortnight,
+                                                headers=second.chrono_headers))
+    assert len(explained) == 2
+    assert_one_day(explained)
+    assert Execution.objects.get(pk=execution_id).status == ExecutionStatus.SUCCEEDED
+
+
+def test_a_message_whose_fire_time_is_not_its_rows_still_starts_by_id(fortnight, caplog):
+    execution_id, fire_ms = occurrence(fortnight)
+    wrong = ms_to_datetime(fire_ms - 86_400_000)
+    started = start_execution(execution_id, attempt=1, worker_id="w1", lease_ttl_ms=60_000,
+                              scheduled_for=wrong)
+    assert started is not None and started.scheduled_for == ms_to_datetime(fire_ms)
+    assert "started by its id alone" in caplog.text
