@@ -31,6 +31,8 @@ USAGE = """usage: chrono COMMAND [ARGS]
   indexer                   ship audit events to the search engine
   workflow-engine           apply workflow step ends (workers do too, by default)
   rebuild-timers            rewrite every pending timer in Redis from PostgreSQL
+  retention [--dry-run]     executions' partitions ahead, expired days dropped once shipped,
+                            shipped audit rows deleted (the reaper runs it too)
   rebuild-job-counts        count the jobs by tenant and status again (the triggers keep them)
   web [ADDR:PORT]           serve the admin and API
   dev                       beat, worker, reaper, indexer and web in one command

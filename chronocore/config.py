@@ -203,6 +203,21 @@ class ChronoConfig:
     execution_log_segment_bytes: int = 64 * 1024 * 1024
     log_shipper_batch_bytes: int = 4 * 1024 * 1024
     log_shipper_poll_interval_ms: int = 200
+    # The execution-log data stream's indices are deleted this long after their rollover
+    # (ILM on Elasticsearch, ISM on OpenSearch; installed by the indexer at start).
+    execution_log_retention_days: int = 14
+
+    # Retention of PostgreSQL's rows (scheduler/retention.py: `chrono retention`, and the reaper
+    # every retention_interval_ms, 0: never). chrono_execution is partitioned by UTC day of
+    # scheduled_for: execution_partitions_ahead_days days are created ahead, and a day older
+    # than execution_retention_days is dropped once every execution in it is final and every
+    # audit row of them is shipped to the search engine.
+    execution_retention_days: int = 7
+    execution_partitions_ahead_days: int = 7
+    retention_interval_ms: int = 3_600_000
+    # The reaper's every-pass scans of running and retry-waiting executions read the partitions
+    # of the last reaper_scan_window_days only; each retention pass scans them all once.
+    reaper_scan_window_days: int = 2
 
     @property
     def credentials_path(self) -> Path:
@@ -270,6 +285,11 @@ class ChronoConfig:
             ("execution_log_segment_bytes", 64 * 1024),
             ("log_shipper_batch_bytes", 64 * 1024),
             ("log_shipper_poll_interval_ms", 10),
+            ("execution_log_retention_days", 1),
+            ("execution_retention_days", 1),
+            ("execution_partitions_ahead_days", 1),
+            ("retention_interval_ms", 0),
+            ("reaper_scan_window_days", 1),
             ("undelivered_flag_after_ms", 1_000),
             ("undelivered_check_interval_ms", 100),
             ("metrics_port", 0),

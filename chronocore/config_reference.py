@@ -49,7 +49,11 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "execution_logs_enabled", "execution_log_level", "execution_log_spool_dir",
         "execution_log_flush_interval_ms", "execution_log_max_bytes",
         "execution_log_buffer_bytes", "execution_log_line_bytes", "execution_log_segment_bytes",
-        "log_shipper_batch_bytes", "log_shipper_poll_interval_ms")),
+        "log_shipper_batch_bytes", "log_shipper_poll_interval_ms",
+        "execution_log_retention_days")),
+    ("Retention (chrono retention)", (
+        "execution_retention_days", "execution_partitions_ahead_days", "retention_interval_ms",
+        "reaper_scan_window_days")),
     ("Tests", ("test_database_name", "test_redis_db")),
 )
 
@@ -179,6 +183,18 @@ DESCRIPTIONS: dict[str, str] = {
     "policy.",
     "audit_index_shards": "Primary shards of the audit data stream's indices.",
     "audit_index_replicas": "Replicas of the audit data stream's indices (0 on a single node).",
+    "execution_log_retention_days": "Execution log lines are deleted by the data stream's "
+    "lifecycle policy (ILM/ISM) this many days after their index rolled over (daily).",
+    "execution_retention_days": "Executions scheduled more than this many UTC days ago are "
+    "dropped from PostgreSQL with their day's partition, once every one of them is final and "
+    "their audit events are shipped (docs/operations.md, \"Retention\").",
+    "execution_partitions_ahead_days": "Daily partitions of the executions table created "
+    "ahead of today.",
+    "retention_interval_ms": "How often the reaper runs the retention pass (partitions ahead, "
+    "expired days, shipped audit rows); 0: never (run `chrono retention` yourself).",
+    "reaper_scan_window_days": "The reaper's every-second scans of running and retry-waiting "
+    "executions read only the partitions of this many last days; each retention pass scans "
+    "them all.",
     "audit_outbox_keep_hours": "Shipped rows of the PostgreSQL audit outbox are deleted this "
     "long after they were shipped.",
     "indexer_batch_size": "Outbox rows per `_bulk` request of the indexer (`chrono indexer "

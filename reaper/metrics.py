@@ -7,7 +7,7 @@ nothing for them.
 from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from chronocore.probe import Check, CheckResult, ProbeServer, serve_probe
 from reaper.reaper import Reaper
@@ -26,6 +26,10 @@ _COUNTS = (
      "Lost executions that had been asked to cancel: ended CANCELLED."),
     ("failed_iterations", "chrono_reaper_failed_passes",
      "Passes that failed (PostgreSQL, Redis or RabbitMQ unreachable) and were retried."),
+    ("retention_passes", "chrono_reaper_retention_passes",
+     "Retention passes run (executions' partitions ahead, expired days, shipped audit rows)."),
+    ("partitions_dropped", "chrono_reaper_partitions_dropped",
+     "Expired days of executions dropped by the retention passes."),
 )
 
 
@@ -41,6 +45,12 @@ class ReaperCollector:
             family = CounterMetricFamily(name, documentation)
             family.add_metric([], getattr(counters, attribute))
             yield family
+        kept = GaugeMetricFamily(
+            "chrono_reaper_expired_partitions_kept",
+            "Expired days of executions the last retention pass kept (an execution unfinished, "
+            "an audit row unshipped or a workflow end unapplied).")
+        kept.add_metric([], counters.partitions_kept)
+        yield kept
         for name, documentation, per_queue in (
             ("chrono_reaper_undelivered_flagged",
              "Executions flagged: they waited past undelivered_flag_after_ms on a queue "

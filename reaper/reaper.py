@@ -14,7 +14,17 @@ Every ``reaper_interval_ms``:
    ``undelivered_flag_after_ms`` on a queue without consumers are flagged
    (:mod:`reaper.undelivered`);
 5. every ``job_counts.FOLD_INTERVAL_MS``, the jobs-by-status counts the triggers appended are
-   folded (:mod:`scheduler.job_counts`).
+   folded (:mod:`scheduler.job_counts`);
+6. every ``retention_interval_ms`` (and at its start), the retention pass
+   (:mod:`scheduler.retention`: the executions' partitions ahead, expired days dropped once
+   shipped, shipped audit rows deleted), followed by one scan of steps 2 and 3 over every
+   partition.
+
+The scans of steps 2 and 3 read only executions scheduled within the last
+``reaper_scan_window_days`` (the partitions of those days: ``scheduled_for`` is the partition
+key), so a pass touches a few small partitions however many days the table keeps; an execution
+running or waiting for its retry since an older occurrence is found by the scan over every
+partition that follows each retention pass, at most ``retention_interval_ms`` late.
 
 Every change is a conditional update and the rows are taken with ``FOR UPDATE SKIP LOCKED``, so
 several reapers can run at once; each attempt is sent by the one that changed it.
@@ -26,6 +36,7 @@ import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import redis
 from django.db import DatabaseError, close_old_connections, connection, transaction
@@ -38,13 +49,19 @@ from scheduler.attempts import ATTEMPT_COLUMNS, AttemptRow, Outcome, end_attempt
 from scheduler.cancellation import settle_cancelled_lost
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.dispatch import DispatchError, Publisher
+from scheduler.errors import PartitioningMissing
+from scheduler.lifecycle import key_range
 from scheduler.queue_stats import BrokerUnavailable, QueueInspector
+from scheduler.retention import RetentionReport, run_retention
 from scheduler.retry import effective_policy
 from scheduler.timers import TimerStore
 from search import audit
 
 BATCH = 500
 MAX_BACKOFF_S = 10.0
+DAY_MS = 86_400_000
+# A retention pass that failed is tried again this soon, not a whole interval later.
+RETENTION_RETRY_MS = 60_000
 
 log = logging.getLogger("chrono.reaper")
 
@@ -58,6 +75,10 @@ class ReaperCounters:
     resent: int = 0
     cancelled: int = 0
     failed_iterations: int = 0
+    retention_passes: int = 0
+    partitions_dropped: int = 0
+    # Expired days the last retention pass kept (a gauge).
+    partitions_kept: int = 0
     # Per queue: executions flagged as undelivered, and flags taken off (a consumer came).
     undelivered_flagged: Counter[str] = field(default_factory=Counter)
     undelivered_cleared: Counter[str] = field(default_factory=Counter)
@@ -77,6 +98,7 @@ class Reaper:
         self.progress = Progress("pass", stale_after_ms=stale_after_ms(config))
         self._next_undelivered_check_ms = 0
         self._next_fold_ms = 0
+        self._next_retention_ms = 0
         self._stopping = threading.Event()
 
     def stop(self) -> None:
@@ -103,14 +125,41 @@ class Reaper:
 
     def run_once(self) -> None:
         self.mark_dead_workers()
-        while self.reap_lost() == BATCH:
+        since = self._scan_since()
+        while self.reap_lost(since=since) == BATCH:
             pass
-        self.resend_overdue_retries()
+        self.resend_overdue_retries(since=since)
         if now_ms() >= self._next_undelivered_check_ms:
             self.check_undelivered()
         if now_ms() >= self._next_fold_ms:
             self._next_fold_ms = now_ms() + job_counts.FOLD_INTERVAL_MS
             job_counts.fold()
+        if self.config.retention_interval_ms and now_ms() >= self._next_retention_ms:
+            self.retention_pass()
+
+    def _scan_since(self) -> datetime:
+        """The oldest ``scheduled_for`` the every-pass scans read."""
+        return ms_to_datetime(now_ms() - self.config.reaper_scan_window_days * DAY_MS)
+
+    def retention_pass(self) -> RetentionReport | None:
+        """The retention pass, then the scans of lost and overdue executions over every
+        partition (what the bounded scans of each pass leave out)."""
+        self._next_retention_ms = now_ms() + min(RETENTION_RETRY_MS,
+                                                 self.config.retention_interval_ms)
+        try:
+            report = run_retention(self.config)
+        except PartitioningMissing as exc:  # an unmigrated database: say so, reap on
+            log.error("retention pass skipped: %s", exc)
+            report = None
+        while self.reap_lost(since=None) == BATCH:
+            pass
+        self.resend_overdue_retries(since=None)
+        self._next_retention_ms = now_ms() + self.config.retention_interval_ms
+        if report is not None:
+            self.counters.retention_passes += 1
+            self.counters.partitions_dropped += len(report.dropped)
+            self.counters.partitions_kept = len(report.kept) + len(report.failed)
+        return report
 
     def check_undelivered(self) -> None:
         """Flag the executions that wait too long on queues without consumers."""
@@ -136,9 +185,10 @@ class Reaper:
         self.counters.workers_down += len(dead)
         return dead
 
-    def reap_lost(self) -> int:
-        """Declare lost the running executions whose lease expired or whose worker is down,
-        then send the attempts that follow. Returns how many were examined."""
+    def reap_lost(self, *, since: datetime | None = None) -> int:
+        """Declare lost the running executions (scheduled since ``since``; None: all) whose
+        lease expired or whose worker is down, then send the attempts that follow. Returns how
+        many were examined."""
         outcomes: list[tuple[AttemptRow, Outcome]] = []
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
@@ -147,17 +197,20 @@ class Reaper:
                 "JOIN chrono_job j ON j.job_id = e.job_id "
                 "LEFT JOIN chrono_worker w ON w.worker_id = e.worker_id "
                 "WHERE e.status = 'RUNNING' AND (e.lease_expires_at < %s OR w.is_healthy = false) "
+                "AND (%s::timestamptz IS NULL OR e.scheduled_for >= %s) "
                 "ORDER BY e.lease_expires_at LIMIT %s FOR UPDATE OF e SKIP LOCKED",
-                [ms_to_datetime(now_ms()), BATCH],
+                [ms_to_datetime(now_ms()), since, since, BATCH],
             )
             rows = [AttemptRow.from_db(row) for row in cursor.fetchall()]
-            cancelled = [row.execution_id for row in rows if row.cancel_requested]
+            cancelled = [(row.execution_id, row.scheduled_for) for row in rows
+                         if row.cancel_requested]
             self.counters.cancelled += settle_cancelled_lost(cancelled)
             for row in rows:
                 if row.cancel_requested:
                     continue
                 outcome = end_attempt(
                     row.execution_id,
+                    scheduled_for=row.scheduled_for,
                     fencing_token=row.fencing_token,
                     from_status="RUNNING",
                     attempt=row.attempt,
@@ -187,27 +240,35 @@ class Reaper:
         else:
             self.counters.dead_lettered += 1
 
-    def resend_overdue_retries(self) -> int:
-        """Send again attempts that should have started ``retry_overdue_grace_ms`` ago."""
+    def resend_overdue_retries(self, *, since: datetime | None = None) -> int:
+        """Send again attempts (of executions scheduled since ``since``; None: all) that should
+        have started ``retry_overdue_grace_ms`` ago."""
         now = now_ms()
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
-                "WITH due AS (SELECT execution_id FROM chrono_execution WHERE status = "
-                "'RETRY_WAIT' AND retry_at < %s ORDER BY retry_at LIMIT %s "
-                "FOR UPDATE SKIP LOCKED) "
+                "WITH due AS (SELECT execution_id, scheduled_for FROM chrono_execution "
+                "WHERE status = 'RETRY_WAIT' AND retry_at < %s "
+                "AND (%s::timestamptz IS NULL OR scheduled_for >= %s) "
+                "ORDER BY retry_at LIMIT %s FOR UPDATE SKIP LOCKED) "
                 "UPDATE chrono_execution e SET retry_at = %s FROM due "
-                "WHERE e.execution_id = due.execution_id RETURNING e.execution_id",
-                [ms_to_datetime(now - self.config.retry_overdue_grace_ms), BATCH,
+                "WHERE e.execution_id = due.execution_id "
+                "AND e.scheduled_for = due.scheduled_for "
+                "RETURNING e.execution_id, e.scheduled_for",
+                [ms_to_datetime(now - self.config.retry_overdue_grace_ms), since, since, BATCH,
                  ms_to_datetime(now)],
             )
-            ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
+            keys = cursor.fetchall()
+            if not keys:
                 return 0
+            times = [scheduled_for for _, scheduled_for in keys]
             cursor.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM chrono_execution e "
                 # nosec B608 # ATTEMPT_COLUMNS is a module constant; every value is a parameter
-                "JOIN chrono_job j ON j.job_id = e.job_id WHERE e.execution_id = ANY(%s)",
-                [ids],
+                "JOIN chrono_job j ON j.job_id = e.job_id "
+                "JOIN unnest(%s::uuid[], %s::timestamptz[]) AS k(execution_id, scheduled_for) "
+                "ON k.execution_id = e.execution_id AND k.scheduled_for = e.scheduled_for "
+                "WHERE e.scheduled_for BETWEEN %s AND %s",
+                [[execution_id for execution_id, _ in keys], times, *key_range(times)],
             )
             rows = [AttemptRow.from_db(row) for row in cursor.fetchall()]
         self.publisher.publish_batch([row.message(row.attempt) for row in rows])

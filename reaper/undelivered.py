@@ -21,7 +21,9 @@ The check costs one query and one round trip per queue, every
    (:mod:`scheduler.queue_stats`);
 3. only for a queue without consumers (or absent from RabbitMQ): the flag, in batches locked
    ``SKIP LOCKED`` (a worker starting one of them is not waited for) and conditional on the
-   status and on the flag's absence, so that several reapers flag each execution once.
+   status and on the flag's absence, so that several reapers flag each execution once. The
+   update joins the rows it locked on ``(execution_id, scheduled_for)``, the partition key
+   with the id, so each row is looked up in its own day's partition.
 """
 
 from __future__ import annotations
@@ -52,24 +54,26 @@ _WAITING_SQL = (
     "AND (e.dispatched_at < %(before)s OR starts_with(e.reason, %(prefix)s)) GROUP BY j.queue"
 )
 _FLAG_SQL = (
-    "WITH f AS (SELECT e.execution_id FROM chrono_execution e "
+    "WITH f AS (SELECT e.execution_id, e.scheduled_for FROM chrono_execution e "
     "  JOIN chrono_job j ON j.job_id = e.job_id "
     "  WHERE e.status = 'DISPATCHED' AND e.dispatched_at < %(before)s AND j.queue = %(queue)s "
     "  AND NOT starts_with(e.reason, %(prefix)s) "
     "  LIMIT %(limit)s FOR UPDATE OF e SKIP LOCKED) "
     "UPDATE chrono_execution e SET reason = left(%(flag)s || CASE WHEN e.reason = '' THEN '' "
     "  ELSE '; ' || e.reason END, %(reason_limit)s) FROM f "
-    "WHERE e.execution_id = f.execution_id AND e.status = 'DISPATCHED' "
+    "WHERE e.execution_id = f.execution_id AND e.scheduled_for = f.scheduled_for "
+    "AND e.status = 'DISPATCHED' "
     "AND NOT starts_with(e.reason, %(prefix)s)"
 )
 _CLEAR_SQL = (
-    "WITH f AS (SELECT e.execution_id FROM chrono_execution e "
+    "WITH f AS (SELECT e.execution_id, e.scheduled_for FROM chrono_execution e "
     # nosec B608 # unflagged_reason_sql() of a column name; values are parameters
     "  JOIN chrono_job j ON j.job_id = e.job_id "
     "  WHERE e.status = 'DISPATCHED' AND j.queue = %(queue)s AND starts_with(e.reason, %(prefix)s) "
     "  LIMIT %(limit)s FOR UPDATE OF e SKIP LOCKED) "
     f"UPDATE chrono_execution e SET reason = {unflagged_reason_sql('e.reason')} FROM f "
-    "WHERE e.execution_id = f.execution_id AND starts_with(e.reason, %(prefix)s)"
+    "WHERE e.execution_id = f.execution_id AND e.scheduled_for = f.scheduled_for "
+    "AND starts_with(e.reason, %(prefix)s)"
 )
 
 

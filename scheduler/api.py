@@ -39,7 +39,7 @@ from scheduler.errors import (
 from scheduler.executions import cancel_pending_executions
 from scheduler.intervals import IntervalSchedule
 from scheduler.job_writer import add_timer_on_commit as _add_timer_on_commit
-from scheduler.lifecycle import RETRY_TIMER_SEPARATOR
+from scheduler.lifecycle import retry_timer_id
 from scheduler.misfire import (
     MisfirePolicy,
     MisfireRule,
@@ -236,7 +236,10 @@ def cancel(job_id: uuid.UUID | str, *, tenant: TenantRef, by: str = "") -> bool:
 
 def _locked_execution(execution_id: uuid.UUID | str, tenant_id: uuid.UUID) -> Execution:
     """The tenant's execution, locked for the caller's transaction; JobNotFound for another
-    tenant's id as for an unknown one."""
+    tenant's id as for an unknown one. By id alone: a caller of the API has nothing else, so
+    this look-up probes the primary key of every day's partition (a few index pages a day,
+    once per request by a person or a script: not a statement of the hot path). What follows
+    names the row by its partition key too (:func:`_save_keyed`)."""
     execution = (Execution.objects.for_tenant(tenant_id).select_for_update()
                  .filter(execution_id=execution_id).first())
     if execution is None:
@@ -255,15 +258,24 @@ def cancel_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: st
                                 ExecutionStatus.RETRY_WAIT):
             execution.status, execution.finished_at = ExecutionStatus.CANCELLED, dj_timezone.now()
             execution.reason = f"cancelled by {by or 'unknown'}"
-            execution.save(update_fields=["status", "finished_at", "reason"])
+            _save_keyed(execution, ["status", "finished_at", "reason"])
             audit.record(audit.EXECUTION_CANCELLED, tenant_id=tenant_id, job_id=execution.job_id,
                          execution_id=execution.execution_id, actor=by,
                          data={"attempt": execution.attempt, "reason": execution.reason})
             return "cancelled"
         if execution.status == ExecutionStatus.RUNNING:
-            request_cancel_running(execution_id=str(execution_id), by=by)
+            request_cancel_running(execution_id=str(execution.execution_id), by=by,
+                                   scheduled_for=execution.scheduled_for)
             return "stopping"
         return execution.status.lower()
+
+
+def _save_keyed(execution: Execution, fields: list[str]) -> None:
+    """``execution.save(update_fields=fields)`` by its partition key too: Django's save names
+    the primary key alone, which would visit every day's partition."""
+    Execution.objects.filter(execution_id=execution.execution_id,
+                             scheduled_for=execution.scheduled_for).update(
+        **{name: getattr(execution, name) for name in fields})
 
 
 RETRYABLE_BY_HAND = (ExecutionStatus.FAILED, ExecutionStatus.DEAD_LETTERED, ExecutionStatus.LOST)
@@ -287,12 +299,13 @@ def retry_execution(execution_id: uuid.UUID | str, *, tenant: TenantRef, by: str
         execution.finished_at = execution.lease_expires_at = None
         execution.reason = f"retried by {by or 'unknown'}"
         execution.fencing_token += 1
-        execution.save(update_fields=["attempt", "status", "retry_at", "finished_at",
-                                      "lease_expires_at", "reason", "fencing_token"])
+        _save_keyed(execution, ["attempt", "status", "retry_at", "finished_at",
+                                "lease_expires_at", "reason", "fencing_token"])
         audit.record(audit.EXECUTION_RETRIED, tenant_id=tenant_id, job_id=execution.job_id,
                      execution_id=execution.execution_id, actor=by,
                      data={"attempt": execution.attempt, "reason": execution.reason})
-        timer_id = f"{execution.execution_id}{RETRY_TIMER_SEPARATOR}{execution.attempt}"
+        timer_id = retry_timer_id(str(execution.execution_id), execution.attempt,
+                                  datetime_to_ms(execution.scheduled_for))
         transaction.on_commit(lambda: timer_store().add([(timer_id, now)]))
     return execution.attempt
 

@@ -567,7 +567,7 @@ class Beat:
             exclude=[execution_id_for(f.job.job_id, ms) for f in guarded for ms in f.fire_ms],
         )
         skipped: list[PlannedOccurrence] = []
-        held: list[str] = []
+        held: list[tuple[str, int]] = []
         to_cancel: list[str] = []
         for index, fired in enumerate(batch.fired):
             previous = active.get(fired.job.job_id)
@@ -582,7 +582,8 @@ class Beat:
                 to_cancel.append(fired.job.job_id)
                 continue
             if decision.action == OverlapAction.HOLD:
-                held += [str(execution_id_for(fired.job.job_id, ms)) for ms in fired.fire_ms]
+                held += [(str(execution_id_for(fired.job.job_id, ms)), ms)
+                         for ms in fired.fire_ms]
             else:
                 skipped += [PlannedOccurrence(fired.job, ms, decision.reason)
                             for ms in fired.fire_ms]

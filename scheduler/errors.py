@@ -29,6 +29,11 @@ class BeatThreadDied(SchedulerError, RuntimeError):
     replica stops rather than go on claiming timers nobody publishes."""
 
 
+class PartitioningMissing(SchedulerError, RuntimeError):
+    """Raised by the retention pass when ``chrono_execution`` is not a partitioned table (the
+    database was not migrated to ``scheduler`` 0015): ``chrono migrate`` first."""
+
+
 class AppNotFound(SchedulerError):
     """Raised when a ``MODULE`` or ``MODULE:APP`` argument names nothing importable or no
     Celery app; the message says what was tried."""

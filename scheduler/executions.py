@@ -6,14 +6,23 @@ same message cannot both start it); the start bumps the fencing token and hands 
 to the worker; a result is written only with the token that started the run, so a worker that lost
 its lease cannot overwrite what a newer attempt recorded. Each transition writes its audit row
 (:mod:`search.audit`) in the same statement, a data-modifying CTE over the updated row.
+
+Every statement names the execution by its partition key too (``scheduled_for``; see
+:mod:`scheduler.lifecycle`, "Partition key"): a start by its message's fire time, a finish by
+the ``scheduled_for`` its start returned, so PostgreSQL touches one day's partition, not every
+day's. A start whose message carries no fire time names the id alone; so does, once more, a
+start by key that matched nothing, so that a message whose fire time is not its row's (one
+published by hand) still runs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 
 from django.db import connection
@@ -23,14 +32,17 @@ from scheduler import prepared
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.lifecycle import (
     LOCK_EXECUTIONS_IN_ORDER,
+    LOCK_KEYED_EXECUTIONS_IN_ORDER,
     NOT_STARTED,
     StartedExecution,
+    key_range,
     sql_statuses,
     unflagged_reason_sql,
 )
 from scheduler.models import Execution, ExecutionStatus
 from search import audit
 
+log = logging.getLogger("chrono.worker")
 RESULT_REPR_LIMIT = 4_096
 _NOT_STARTED = sql_statuses(NOT_STARTED)
 
@@ -42,15 +54,20 @@ class StartRequest:
     worker_id: str
     lease_ttl_ms: int
     at_ms: int
+    # The execution's partition key: its message's chrono_fire_ms (None: the message carries
+    # none, and the start names the id alone).
+    scheduled_for: datetime | None = None
 
 
 def start_execution(
-    execution_id: str, *, attempt: int, worker_id: str, lease_ttl_ms: int, at_ms: int | None = None
+    execution_id: str, *, attempt: int, worker_id: str, lease_ttl_ms: int,
+    at_ms: int | None = None, scheduled_for: datetime | None = None,
 ) -> StartedExecution | None:
     """Move an execution to ``RUNNING`` for ``worker_id``; None when it is not startable
-    (already running, finished, cancelled, or a stale attempt): the delivery must not run."""
+    (already running, finished, cancelled, or a stale attempt): the delivery must not run.
+    ``scheduled_for`` is its partition key (the fire time of its message)."""
     request = StartRequest(execution_id, attempt, worker_id, lease_ttl_ms,
-                           now_ms() if at_ms is None else at_ms)
+                           now_ms() if at_ms is None else at_ms, scheduled_for)
     return start_executions([request])[0]
 
 
@@ -67,23 +84,25 @@ def start_executions(
     for index, request in enumerate(requests):
         first.setdefault((request.execution_id, request.attempt), index)
     unique = [requests[index] for index in first.values()]
-    columns = {
-        "execution_id": [uuid.UUID(r.execution_id) for r in unique],
-        "attempt": [r.attempt for r in unique],
-        "worker_id": [r.worker_id for r in unique],
-        "started_at": [ms_to_datetime(r.at_ms) for r in unique],
-        "lease_expires_at": [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in unique],
-    }
+    keyed = [r for r in unique if r.scheduled_for is not None]
     with prepared.cursor(on) as cursor:
-        if len(unique) == 1:
-            cursor.execute(_START_ONE_SQL, _one_row(columns))
-        else:
-            cursor.execute(_START_SQL, _parameters(columns))
-        tokens = {str(execution_id): token for execution_id, token in cursor.fetchall()}
+        started = _start(cursor, keyed, keyed=True) if keyed else {}
+        # By id alone: the requests without a key, and those whose key matched nothing (not
+        # startable, which costs this second look only then, or a key that is not the row's).
+        again = [r for r in unique if r.execution_id not in started]
+        if again:
+            found = _start(cursor, again, keyed=False)
+            for request in again:
+                if request.scheduled_for is not None and request.execution_id in found:
+                    log.warning("execution %s started by its id alone: its message's fire time "
+                                "%s is not its scheduled_for %s", request.execution_id,
+                                request.scheduled_for, found[request.execution_id][1])
+            started.update(found)
     results: list[StartedExecution | None] = [None] * len(requests)
     for (execution_id, attempt), index in first.items():
-        if execution_id in tokens:
-            results[index] = StartedExecution(execution_id, tokens[execution_id], attempt)
+        if execution_id in started:
+            token, scheduled_for = started[execution_id]
+            results[index] = StartedExecution(execution_id, token, attempt, scheduled_for)
     return results
 
 
@@ -98,9 +117,30 @@ def started_by(request: StartRequest) -> StartedExecution | None:
     row = (Execution.objects.filter(
         execution_id=request.execution_id, attempt=request.attempt, worker_id=request.worker_id,
         started_at=ms_to_datetime(request.at_ms), status=ExecutionStatus.RUNNING)
-        .values_list("fencing_token", flat=True).first())
-    return None if row is None else StartedExecution(request.execution_id, row,
-                                                     request.attempt)
+        .values_list("fencing_token", "scheduled_for").first())
+    return None if row is None else StartedExecution(request.execution_id, row[0],
+                                                     request.attempt, row[1])
+
+
+def _start(cursor: prepared.PreparedCursor, requests: Sequence[StartRequest], *, keyed: bool
+           ) -> dict[str, tuple[int, datetime]]:
+    """Start ``requests`` (one statement): ``{execution id: (fencing token, scheduled_for)}``
+    of those started. ``keyed``: every request has its ``scheduled_for``."""
+    columns: dict[str, list[object]] = {
+        "execution_id": [uuid.UUID(r.execution_id) for r in requests],
+        "attempt": [r.attempt for r in requests],
+        "worker_id": [r.worker_id for r in requests],
+        "started_at": [ms_to_datetime(r.at_ms) for r in requests],
+        "lease_expires_at": [ms_to_datetime(r.at_ms + r.lease_ttl_ms) for r in requests],
+    }
+    if keyed:
+        columns["scheduled_for"] = [r.scheduled_for for r in requests]
+    if len(requests) == 1:
+        cursor.execute(_START_ONE_SQL[keyed], _one_row(columns))
+    else:
+        cursor.execute(_START_SQL[keyed], _parameters(columns, keyed=keyed))
+    return {str(execution_id): (token, scheduled_for)
+            for execution_id, token, scheduled_for in cursor.fetchall()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +173,23 @@ def finish_executions(
     requests: Sequence[FinishRequest], *, on: prepared.OwnConnection | None = None
 ) -> list[bool]:
     """:func:`finish_execution` for many runs with one statement (on this thread's connection
-    or ``on`` one of its own); whether each was recorded."""
+    or ``on`` one of its own; a statement more for runs started without their key); whether
+    each was recorded."""
     if not requests:
         return []
-    columns = {
+    recorded: set[str] = set()
+    with prepared.cursor(on) as cursor:
+        for keyed in (True, False):
+            group = [r for r in requests if (r.started.scheduled_for is not None) is keyed]
+            if group:
+                recorded |= _finish(cursor, group, keyed=keyed)
+    return [r.started.execution_id in recorded for r in requests]
+
+
+def _finish(cursor: prepared.PreparedCursor, requests: Sequence[FinishRequest], *, keyed: bool
+            ) -> set[str]:
+    """Record ``requests`` (one statement); the ids of those recorded."""
+    columns: dict[str, list[object]] = {
         "execution_id": [uuid.UUID(r.started.execution_id) for r in requests],
         "fencing_token": [r.started.fencing_token for r in requests],
         "status": [str(r.status) for r in requests],
@@ -145,13 +198,13 @@ def finish_executions(
         "error": [r.error for r in requests],
         "exit_code": [r.exit_code for r in requests],
     }
-    with prepared.cursor(on) as cursor:
-        if len(requests) == 1:
-            cursor.execute(_finish_one_sql(columns["status"][0]), _one_row(columns))
-            return [cursor.rowcount == 1]
-        cursor.execute(_FINISH_SQL, _parameters(columns))
-        recorded = {str(row[0]) for row in cursor.fetchall()}
-    return [r.started.execution_id in recorded for r in requests]
+    if keyed:
+        columns["scheduled_for"] = [r.started.scheduled_for for r in requests]
+    if len(requests) == 1:
+        cursor.execute(_finish_one_sql(columns["status"][0], keyed), _one_row(columns))
+        return {requests[0].started.execution_id} if cursor.rowcount == 1 else set()
+    cursor.execute(_FINISH_SQL[keyed], _parameters(columns, keyed=keyed))
+    return {str(row[0]) for row in cursor.fetchall()}
 
 
 def cancel_pending_executions(job_id: uuid.UUID | str, *, by: str) -> int:
@@ -218,24 +271,43 @@ _FINISHED_AUDIT = audit.insert_select(
 )
 
 
-def _batched(columns: str, update: str, tail: str) -> str:
+# The partition key of a single-row statement, and of a batched one's rows ``x`` (the first and
+# last of their ``scheduled_for`` bound the days planned; :mod:`scheduler.lifecycle`).
+_ONE_KEY = " AND scheduled_for = %(scheduled_for)s"
+_BATCH_KEY = (" AND e.scheduled_for = x.scheduled_for "
+              "AND e.scheduled_for BETWEEN %s::timestamptz AND %s::timestamptz")
+
+
+def _batched(columns: str, update: str, tail: str, *, keyed: bool) -> str:
     """An update of the executions in rows ``x`` (one array per column, unnested; ``{rows}``
-    marks where the update's FROM goes), followed by ``tail``. The rows are locked in id order
-    first (``l``) so that concurrent batches never deadlock. A batch of one (every statement
-    of a prefork child) uses a plain single-row update instead: a quarter cheaper."""
+    marks where the update's FROM goes, ``{key}`` where its partition key condition goes),
+    followed by ``tail``. The rows are locked in id order first (``l``) so that concurrent
+    batches never deadlock. ``keyed``: the rows carry ``scheduled_for`` too (the last column).
+    A batch of one (every statement of a prefork child) uses a plain single-row update
+    instead: a quarter cheaper."""
+    if keyed:
+        columns += ", scheduled_for::timestamptz"
     names = [c.split("::")[0] for c in columns.split(", ")]
     arrays = ", ".join(f"%s::{c.split('::')[1]}[]" for c in columns.split(", "))
+    lock = (LOCK_KEYED_EXECUTIONS_IN_ORDER.format(keys="x", first="%s", last="%s") if keyed
+            else LOCK_EXECUTIONS_IN_ORDER.format(ids="%s"))
+    rows = f"FROM x JOIN l USING ({'execution_id, scheduled_for' if keyed else 'execution_id'})"
     return (f"WITH x AS (SELECT * FROM unnest({arrays}) AS x({', '.join(names)})), "
             # nosec B608 # built at import from this module's constant SQL
-            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
-            f"u AS ({update.replace('{rows}', 'FROM x JOIN l USING (execution_id)')}){tail}")
+            f"l AS ({lock}), "
+            f"u AS ({update.replace('{rows}', rows).replace('{key}', _BATCH_KEY if keyed else '')})"
+            f"{tail}")
 
 
-def _parameters(columns: dict[str, list[object]]) -> list[str]:
+def _parameters(columns: dict[str, list[object]], *, keyed: bool) -> list[object]:
     """Parameters of a statement built by :func:`_batched`: the arrays (in the order of its
-    ``columns``), then the ids to lock."""
+    ``columns``), then the ids to lock or, ``keyed``, the bounds of ``scheduled_for`` for the
+    lock and for the update."""
     arrays = {name: prepared.array(values) for name, values in columns.items()}
-    return [*arrays.values(), arrays["execution_id"]]
+    if not keyed:
+        return [*arrays.values(), arrays["execution_id"]]
+    first, last = key_range(columns["scheduled_for"])  # type: ignore[arg-type]
+    return [*arrays.values(), first, last, first, last]
 
 
 def _one_row(columns: dict[str, list[object]]) -> dict[str, object]:
@@ -244,14 +316,14 @@ def _one_row(columns: dict[str, list[object]]) -> dict[str, object]:
 
 
 @cache
-def _finish_one_sql(status: str) -> str:
+def _finish_one_sql(status: str, keyed: bool) -> str:
     return (
         "WITH u AS (UPDATE chrono_execution SET status = %(status)s, "
         # nosec B608 # the audit SQL of a constant status; values are parameters
         "finished_at = %(finished_at)s, result = %(result)s::jsonb, error = %(error)s, "
         "exit_code = %(exit_code)s, lease_expires_at = NULL "
-        "WHERE execution_id = %(execution_id)s AND fencing_token = %(fencing_token)s "
-        "AND status = 'RUNNING' "
+        f"WHERE execution_id = %(execution_id)s{_ONE_KEY if keyed else ''} "
+        "AND fencing_token = %(fencing_token)s AND status = 'RUNNING' "
         "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, exit_code, error, "
         f"started_at, finished_at) {_finished_audit(status)}"
     )
@@ -266,42 +338,57 @@ def _result_json(result: object) -> str | None:
         return json.dumps({"repr": repr(result)[:RESULT_REPR_LIMIT]})
 
 
-_START_ONE_SQL = (
-    "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %(worker_id)s, "
-    # nosec B608 # module constants only; values are parameters
-    "started_at = %(started_at)s, lease_expires_at = %(lease_expires_at)s, "
-    "fencing_token = fencing_token + 1, "
-    f"reason = {unflagged_reason_sql('reason')} "
-    "WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s "
-    f"AND status IN ({_NOT_STARTED}) "
-    "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
-    f"scheduled_for, fencing_token), a AS ({_STARTED_AUDIT}) "
-    "SELECT execution_id, fencing_token FROM u"
-)
-_START_SQL = _batched(
-    "execution_id::uuid, attempt::int, worker_id::text, started_at::timestamptz, "
-    "lease_expires_at::timestamptz",
-    "UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
-    # nosec B608 # module constants only; values are parameters
-    "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
-    "fencing_token = e.fencing_token + 1, "
-    f"reason = {unflagged_reason_sql('e.reason')} {{rows}} "
-    "WHERE e.execution_id = x.execution_id AND e.attempt = x.attempt "
-    f"AND e.status IN ({_NOT_STARTED}) "
-    "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.started_at, "
-    "e.scheduled_for, e.fencing_token",
-    f", a AS ({_STARTED_AUDIT}) "  # nosec B608 # module constants only
-    "SELECT execution_id, fencing_token FROM u",
-)
-_FINISH_SQL = _batched(
-    "execution_id::uuid, fencing_token::bigint, status::text, finished_at::timestamptz, "
-    "result::text, error::text, exit_code::int",
-    "UPDATE chrono_execution AS e SET status = x.status, finished_at = x.finished_at, "
-    "result = x.result::jsonb, error = x.error, exit_code = x.exit_code, "
-    "lease_expires_at = NULL {rows} "
-    "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
-    "AND e.status = 'RUNNING' "
-    "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.status, "
-    "e.exit_code, e.error, e.started_at, e.finished_at",
-    f" {_FINISHED_AUDIT} RETURNING execution_id",
-)
+def _start_one_sql(keyed: bool) -> str:
+    return (
+        "WITH u AS (UPDATE chrono_execution SET status = 'RUNNING', worker_id = %(worker_id)s, "
+        # nosec B608 # module constants only; values are parameters
+        "started_at = %(started_at)s, lease_expires_at = %(lease_expires_at)s, "
+        "fencing_token = fencing_token + 1, "
+        f"reason = {unflagged_reason_sql('reason')} "
+        f"WHERE execution_id = %(execution_id)s{_ONE_KEY if keyed else ''} "
+        f"AND attempt = %(attempt)s AND status IN ({_NOT_STARTED}) "
+        "RETURNING execution_id, job_id, tenant_id, attempt, worker_id, started_at, "
+        f"scheduled_for, fencing_token), a AS ({_STARTED_AUDIT}) "
+        "SELECT execution_id, fencing_token, scheduled_for FROM u"
+    )
+
+
+def _start_sql(keyed: bool) -> str:
+    return _batched(
+        "execution_id::uuid, attempt::int, worker_id::text, started_at::timestamptz, "
+        "lease_expires_at::timestamptz",
+        "UPDATE chrono_execution AS e SET status = 'RUNNING', worker_id = x.worker_id, "
+        # nosec B608 # module constants only; values are parameters
+        "started_at = x.started_at, lease_expires_at = x.lease_expires_at, "
+        "fencing_token = e.fencing_token + 1, "
+        f"reason = {unflagged_reason_sql('e.reason')} {{rows}} "
+        "WHERE e.execution_id = x.execution_id{key} AND e.attempt = x.attempt "
+        f"AND e.status IN ({_NOT_STARTED}) "
+        "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, "
+        "e.started_at, e.scheduled_for, e.fencing_token",
+        f", a AS ({_STARTED_AUDIT}) "  # nosec B608 # module constants only
+        "SELECT execution_id, fencing_token, scheduled_for FROM u",
+        keyed=keyed,
+    )
+
+
+def _finish_sql(keyed: bool) -> str:
+    return _batched(
+        "execution_id::uuid, fencing_token::bigint, status::text, finished_at::timestamptz, "
+        "result::text, error::text, exit_code::int",
+        "UPDATE chrono_execution AS e SET status = x.status, finished_at = x.finished_at, "
+        "result = x.result::jsonb, error = x.error, exit_code = x.exit_code, "
+        "lease_expires_at = NULL {rows} "
+        "WHERE e.execution_id = x.execution_id{key} AND e.fencing_token = x.fencing_token "
+        "AND e.status = 'RUNNING' "
+        "RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.worker_id, e.status, "
+        "e.exit_code, e.error, e.started_at, e.finished_at",
+        f" {_FINISHED_AUDIT} RETURNING execution_id",
+        keyed=keyed,
+    )
+
+
+# Each statement by key (True) and by id alone (False), built once.
+_START_ONE_SQL = {keyed: _start_one_sql(keyed) for keyed in (True, False)}
+_START_SQL = {keyed: _start_sql(keyed) for keyed in (True, False)}
+_FINISH_SQL = {keyed: _finish_sql(keyed) for keyed in (True, False)}

@@ -251,7 +251,7 @@ class Firer(threading.Thread):
         it moved."""
         try:
             occurrences.forget_scheduled([
-                str(execution_id_for(p.fired.job.job_id, ms)) for p, _ in withdrawn
+                (str(execution_id_for(p.fired.job.job_id, ms)), ms) for p, _ in withdrawn
                 for ms in p.fired.fire_ms])
         except DatabaseError as exc:
             # Not acknowledged: the timers stay inflight and are claimed again after their
@@ -481,7 +481,8 @@ class Recorder(threading.Thread):
         if fired:
             with self.counters.timed("record"):
                 advanced = occurrences.record_dispatched(
-                    [(execution_id_for(job.job_id, fire_ms), confirmed_ms)
+                    [occurrences.Dispatched(execution_id_for(job.job_id, fire_ms), fire_ms,
+                                            confirmed_ms)
                      for confirmed_ms, (_, job, fire_ms_list, _) in fired
                      for fire_ms in fire_ms_list],
                     advances=[JobAdvance(job.job_id, t.fire_at_ms, nxt, confirmed_ms)

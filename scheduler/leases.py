@@ -21,6 +21,8 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Mapping
+from datetime import datetime
 
 import redis
 from django.db import DatabaseError, close_old_connections, connection
@@ -29,31 +31,67 @@ from chronocore.config import ChronoConfig
 from chronocore.redis_client import connect
 from scheduler.announcements import Subscription
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.lifecycle import LOCK_EXECUTIONS_IN_ORDER, cancel_channel
+from scheduler.lifecycle import (
+    LOCK_EXECUTIONS_IN_ORDER,
+    LOCK_KEYED_EXECUTIONS_IN_ORDER,
+    cancel_channel,
+    key_range,
+)
 
 log = logging.getLogger("chrono.worker")
 
 
-def renew_leases(held: dict[str, int], *, ttl_ms: int) -> tuple[set[str], set[str]]:
+def renew_leases(held: Mapping[str, int], *, ttl_ms: int,
+                 keys: Mapping[str, datetime] | None = None) -> tuple[set[str], set[str]]:
     """Extend the leases ``{execution id: fencing token}``; returns the ids still held and, of
-    those, the ids whose cancellation was requested."""
-    if not held:
-        return set(), set()
-    ids = list(held)
+    those, the ids whose cancellation was requested. ``keys`` gives the executions'
+    ``scheduled_for`` (their partition key): the renewal of those touches their days alone,
+    the others' names the id alone (a statement each kind)."""
+    keys = keys or {}
+    kept: set[str] = set()
+    cancelled: set[str] = set()
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}) "
-            # nosec B608 # LOCK_EXECUTIONS_IN_ORDER is a module constant
-            "UPDATE chrono_execution AS e SET lease_expires_at = %s "
-            "FROM unnest(%s::uuid[], %s::bigint[]) AS x(execution_id, fencing_token) "
-            "JOIN l USING (execution_id) "
-            "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
-            "AND e.status = 'RUNNING' RETURNING e.execution_id, e.cancel_requested_at",
-            [[uuid.UUID(i) for i in ids], ms_to_datetime(now_ms() + ttl_ms),
-             [uuid.UUID(i) for i in ids], [held[i] for i in ids]],
-        )
-        rows = cursor.fetchall()
-    return {str(r[0]) for r in rows}, {str(r[0]) for r in rows if r[1] is not None}
+        for keyed in (True, False):
+            ids = [i for i in held if (i in keys) is keyed]
+            if not ids:
+                continue
+            if keyed:
+                first, last = key_range(keys[i] for i in ids)
+                cursor.execute(_RENEW_KEYED_SQL, [
+                    [uuid.UUID(i) for i in ids], [held[i] for i in ids], [keys[i] for i in ids],
+                    first, last, ms_to_datetime(now_ms() + ttl_ms), first, last])
+            else:
+                cursor.execute(_RENEW_SQL, [
+                    [uuid.UUID(i) for i in ids], ms_to_datetime(now_ms() + ttl_ms),
+                    [uuid.UUID(i) for i in ids], [held[i] for i in ids]])
+            for execution_id, cancel_requested_at in cursor.fetchall():
+                kept.add(str(execution_id))
+                if cancel_requested_at is not None:
+                    cancelled.add(str(execution_id))
+    return kept, cancelled
+
+
+_RENEW_SQL = (
+    f"WITH l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}) "
+    # nosec B608 # LOCK_EXECUTIONS_IN_ORDER is a module constant
+    "UPDATE chrono_execution AS e SET lease_expires_at = %s "
+    "FROM unnest(%s::uuid[], %s::bigint[]) AS x(execution_id, fencing_token) "
+    "JOIN l USING (execution_id) "
+    "WHERE e.execution_id = x.execution_id AND e.fencing_token = x.fencing_token "
+    "AND e.status = 'RUNNING' RETURNING e.execution_id, e.cancel_requested_at"
+)
+_RENEW_KEYED_SQL = (
+    "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::timestamptz[]) "
+    "AS x(execution_id, fencing_token, scheduled_for)), "
+    # nosec B608 # LOCK_KEYED_EXECUTIONS_IN_ORDER is a module constant
+    f"l AS ({LOCK_KEYED_EXECUTIONS_IN_ORDER.format(keys='x', first='%s', last='%s')}) "
+    "UPDATE chrono_execution AS e SET lease_expires_at = %s "
+    "FROM x JOIN l USING (execution_id, scheduled_for) "
+    "WHERE e.execution_id = x.execution_id AND e.scheduled_for = x.scheduled_for "
+    "AND e.scheduled_for BETWEEN %s::timestamptz AND %s::timestamptz "
+    "AND e.fencing_token = x.fencing_token "
+    "AND e.status = 'RUNNING' RETURNING e.execution_id, e.cancel_requested_at"
+)
 
 
 class LeaseKeeper(threading.Thread):
@@ -67,16 +105,23 @@ class LeaseKeeper(threading.Thread):
         self.redis_url = redis_url
         self.redis_cluster = redis_cluster
         self._held: dict[str, int] = {}
+        self._keys: dict[str, datetime] = {}
         self._cancelling: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def hold(self, execution_id: str, fencing_token: int) -> None:
+    def hold(self, execution_id: str, fencing_token: int,
+             scheduled_for: datetime | None = None) -> None:
+        """Renew ``execution_id``'s lease while it runs (``scheduled_for``: its partition
+        key, which its renewals name)."""
         with self._lock:
             self._held[execution_id] = fencing_token
+            if scheduled_for is not None:
+                self._keys[execution_id] = scheduled_for
 
     def release(self, execution_id: str) -> None:
         with self._lock:
             self._held.pop(execution_id, None)
+            self._keys.pop(execution_id, None)
             self._cancelling.pop(execution_id, None)
 
     def run(self) -> None:
@@ -103,10 +148,11 @@ class LeaseKeeper(threading.Thread):
     def _renew(self) -> None:
         with self._lock:
             held = dict(self._held)
+            keys = dict(self._keys)
         if not held:
             return
         try:
-            kept, cancelled = renew_leases(held, ttl_ms=self.ttl_ms)
+            kept, cancelled = renew_leases(held, ttl_ms=self.ttl_ms, keys=keys)
         except DatabaseError as exc:
             log.error("renewing %d execution leases failed, retrying: %r", len(held), exc)
             close_old_connections()

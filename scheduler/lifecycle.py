@@ -15,7 +15,8 @@ other:
 **Ids.** The first attempt of an occurrence is ``uuid5(job id, fire ms)``
 (:func:`execution_id_for`), the same for every publish of it, which is how the worker-side start
 lets only one delivery run; later attempts keep the execution's id. An attempt that waits in the
-timer store has the timer id ``<execution id>#<attempt>`` (:func:`retry_timer_id`).
+timer store has the timer id ``<execution id>#<attempt>#<scheduled_for ms>``
+(:func:`retry_timer_id`; timers written before the partitioning have no third part).
 
 **States.** :data:`TRANSITIONS` lists every status an execution can move to from each, as the
 statements of those modules make the moves (DESIGN.md, "States"); each move is one conditional
@@ -24,9 +25,21 @@ statements name are defined here, from that table (``tests/unit/test_lifecycle.p
 it).
 
 **Row locks.** A statement that updates several executions locks them in id order first
-(:data:`LOCK_EXECUTIONS_IN_ORDER`): the beat's recorder, a worker's batched starts and finishes
-and its lease renewals update the same rows at the same moment, and two statements locking rows
-in different orders deadlock.
+(:data:`LOCK_EXECUTIONS_IN_ORDER`, :data:`LOCK_KEYED_EXECUTIONS_IN_ORDER`): the beat's recorder,
+a worker's batched starts and finishes and its lease renewals update the same rows at the same
+moment, and two statements locking rows in different orders deadlock.
+
+**Partition key.** ``chrono_execution`` is partitioned by day of ``scheduled_for`` (migration
+0015), so a statement that names an execution by its id alone probes the primary-key index of
+every day the table keeps. Every statement of the hot path therefore names the execution by
+``(execution_id, scheduled_for)``, and PostgreSQL touches one day: the beat knows the fire time
+it inserted, a worker the message's ``chrono_fire_ms`` header (the beat's fire time; every later
+attempt's message carries the same, read back from the row) and, once started, the
+``scheduled_for`` the start returned (:class:`StartedExecution`). A statement over several rows
+joins them on both columns and bounds ``scheduled_for`` by the batch's first and last
+(:func:`key_range`): the bound prunes the days outside it when the statement is planned, and a
+pair of array conditions (``execution_id = ANY(…) AND scheduled_for = ANY(…)``) would make
+PostgreSQL 15's B-tree scan every combination of the two arrays.
 
 **Cancel channel.** A running execution asked to stop is announced on :func:`cancel_channel`
 (Redis pub/sub, scoped to the deployment: :mod:`scheduler.announcements`) to the worker running
@@ -38,7 +51,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
+from typing import NamedTuple
 
 from chronocore.redis_client import RedisClient, redis_client
 from scheduler import announcements
@@ -59,15 +74,29 @@ def execution_id_for(job_id: str, fire_at_ms: int) -> uuid.UUID:
     return uuid.uuid5(EXECUTION_NAMESPACE, f"{job_id}@{fire_at_ms}")
 
 
-def retry_timer_id(execution_id: str, attempt: int) -> str:
-    """The timer store's id of ``attempt`` of an execution waiting out a long backoff."""
-    return f"{execution_id}{RETRY_TIMER_SEPARATOR}{attempt}"
+class RetryTimer(NamedTuple):
+    """What a retry timer's id says: the execution, the attempt it waits to send and, in a
+    timer written since the table was partitioned, the execution's ``scheduled_for`` (ms),
+    its partition key."""
+
+    execution_id: str
+    attempt: int
+    scheduled_for_ms: int | None = None
 
 
-def parse_retry_timer(timer_id: str) -> tuple[str, int]:
-    """``(execution id, attempt)`` of a :func:`retry_timer_id`."""
-    execution_id, attempt = timer_id.split(RETRY_TIMER_SEPARATOR)
-    return execution_id, int(attempt)
+def retry_timer_id(execution_id: str, attempt: int, scheduled_for_ms: int | None = None) -> str:
+    """The timer store's id of ``attempt`` of an execution waiting out a long backoff:
+    ``<execution id>#<attempt>[#<scheduled_for ms>]``."""
+    timer_id = f"{execution_id}{RETRY_TIMER_SEPARATOR}{attempt}"
+    if scheduled_for_ms is None:
+        return timer_id
+    return f"{timer_id}{RETRY_TIMER_SEPARATOR}{scheduled_for_ms}"
+
+
+def parse_retry_timer(timer_id: str) -> RetryTimer:
+    """The :class:`RetryTimer` of a :func:`retry_timer_id` (with or without its key)."""
+    execution_id, attempt, *key = timer_id.split(RETRY_TIMER_SEPARATOR)
+    return RetryTimer(execution_id, int(attempt), int(key[0]) if key else None)
 
 
 # -- states and their moves -----------------------------------------------------------------
@@ -116,11 +145,15 @@ def sql_statuses(statuses: Iterable[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StartedExecution:
-    """A run a worker started: its result is written only with this fencing token."""
+    """A run a worker started: its result is written only with this fencing token. Its
+    ``scheduled_for`` (the partition key, as the start returned it) goes into every statement
+    that follows; None only for a run built without it, whose statements then name the id
+    alone."""
 
     execution_id: str
     fencing_token: int
     attempt: int
+    scheduled_for: datetime | None = None
 
 
 # -- row locks ------------------------------------------------------------------------------
@@ -130,6 +163,22 @@ LOCK_EXECUTIONS_IN_ORDER = (
     "SELECT execution_id FROM chrono_execution WHERE execution_id = ANY({ids}::uuid[]) "
     "ORDER BY execution_id FOR UPDATE"
 )
+# The same for rows named by their partition key too: ``{keys}`` is a relation of
+# ``(execution_id, scheduled_for)`` pairs (a CTE's name), ``{first}`` and ``{last}`` the bounds of
+# its ``scheduled_for`` (see "Partition key" above).
+LOCK_KEYED_EXECUTIONS_IN_ORDER = (
+    "SELECT e.execution_id, e.scheduled_for FROM chrono_execution e "
+    "JOIN {keys} k USING (execution_id, scheduled_for) "
+    "WHERE e.scheduled_for BETWEEN {first}::timestamptz AND {last}::timestamptz "
+    "ORDER BY e.execution_id FOR UPDATE OF e"
+)
+
+
+def key_range(scheduled_for: Iterable[datetime]) -> tuple[datetime, datetime]:
+    """The first and the last of a batch's ``scheduled_for``: the bound that prunes the days
+    of ``chrono_execution`` a statement over the batch cannot touch."""
+    times = list(scheduled_for)
+    return min(times), max(times)
 
 # -- the reaper's undelivered flag ----------------------------------------------------------
 

@@ -249,7 +249,10 @@ class Execution(models.Model):
         indexes = [
             models.Index(fields=["job", "started_at"], name="execution_job_started_idx"),
             models.Index(fields=["tenant", "status"], name="execution_tenant_status_idx"),
-            models.Index(fields=["scheduled_for"], name="execution_scheduled_for_idx"),
+            # The id second (migration 0015): a look-up by (execution_id, scheduled_for), the
+            # partition key, finds its row in one entry of either index.
+            models.Index(fields=["scheduled_for", "execution_id"],
+                         name="execution_scheduled_for_idx"),
             # Not db_index=True on the field: that adds a second, varchar_pattern_ops index
             # for LIKE, which nothing runs.
             models.Index(fields=["worker_id"], name="execution_worker_idx"),

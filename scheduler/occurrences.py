@@ -23,10 +23,11 @@ from scheduler.clock import datetime_to_ms, ms_to_datetime
 from scheduler.lifecycle import (
     CANCELLED_AUDIT,
     IN_FLIGHT,
-    LOCK_EXECUTIONS_IN_ORDER,
+    LOCK_KEYED_EXECUTIONS_IN_ORDER,
     NOT_STARTED,
     announce_cancel,
     execution_id_for,
+    key_range,
     sql_statuses,
 )
 from scheduler.misfire import MisfirePolicy, MisfireRule
@@ -148,12 +149,15 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
             "  AS x(execution_id, job_id, fired_at)), "
             f"j AS (SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s::uuid[]) "
             "  FOR KEY SHARE), "
+            # The conflict target is the partitioned table's primary key (the partition key
+            # must be in it): the execution id is derived from the fire time, so the pair is
+            # as unique as the id (migration 0015).
             "ins AS (INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
             "  scheduled_for, status, error, logs_url, fencing_token) "
             "  SELECT x.execution_id, j.job_id, j.tenant_id, 1, x.fired_at, 'SCHEDULED', '', '', 0 "
             "  FROM x JOIN j ON j.job_id = x.job_id "
             "  WHERE j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
-            "  ON CONFLICT (execution_id) DO NOTHING) "
+            "  ON CONFLICT (execution_id, scheduled_for) DO NOTHING) "
             "SELECT * FROM j",
             [
                 prepared.array(execution_id_for(job_id, fire_ms) for job_id, fire_ms in claimed),
@@ -175,6 +179,15 @@ class JobAdvance(NamedTuple):
     confirmed_ms: int
 
 
+class Dispatched(NamedTuple):
+    """An occurrence RabbitMQ confirmed: its execution, fired at ``fire_ms`` (its
+    ``scheduled_for``, the partition key), confirmed at ``confirmed_ms``."""
+
+    execution_id: uuid.UUID
+    fire_ms: int
+    confirmed_ms: int
+
+
 class PlannedOccurrence(NamedTuple):
     """An occurrence a misfire or overlap decision wrote down: fired (``skip_reason`` None)
     or skipped for the reason given."""
@@ -185,25 +198,30 @@ class PlannedOccurrence(NamedTuple):
 
 
 def record_dispatched(
-    dispatched: Sequence[tuple[uuid.UUID, int]],
+    dispatched: Sequence[Dispatched | tuple[uuid.UUID, int, int]],
     *,
     advances: Sequence[JobAdvance],
 ) -> set[str]:
-    """After RabbitMQ confirmed their publish: mark executions ``(execution id, confirm ms)``
-    ``DISPATCHED`` (unless a worker already started them) and advance each job whose
-    ``next_run_at`` still equals the fired occurrence. Returns the ids of the jobs advanced.
-    One statement (both updates commit together or not at all), one round trip, for any number
-    of confirmed batches."""
+    """After RabbitMQ confirmed their publish: mark executions ``DISPATCHED`` (unless a worker
+    already started them) and advance each job whose ``next_run_at`` still equals the fired
+    occurrence. Returns the ids of the jobs advanced. One statement (both updates commit
+    together or not at all), one round trip, for any number of confirmed batches; the
+    executions are named by ``(execution_id, scheduled_for)`` and the days between the
+    batch's first and last fire time, so PostgreSQL touches those days' partitions alone."""
+    times = [ms_to_datetime(fire_ms) for _, fire_ms, _ in dispatched]
+    first, last = key_range(times) if times else (None, None)
     with prepared.cursor() as cursor:
         cursor.execute(
-            "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
+            "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) "
             # nosec B608 # the lock and audit SQL are module constants; values are parameters
-            "AS d(execution_id, confirmed_at)), "
-            f"l AS ({LOCK_EXECUTIONS_IN_ORDER.format(ids='%s')}), "
+            "AS d(execution_id, scheduled_for, confirmed_at)), "
+            f"l AS ({LOCK_KEYED_EXECUTIONS_IN_ORDER.format(keys='d', first='%s', last='%s')}), "
             "e AS (UPDATE chrono_execution AS c SET dispatched_at = d.confirmed_at, status = CASE "
             "  WHEN c.status = 'SCHEDULED' THEN 'DISPATCHED' ELSE c.status END "
-            "  FROM d JOIN l USING (execution_id) "
-            "  WHERE c.execution_id = d.execution_id AND c.dispatched_at IS NULL "
+            "  FROM d JOIN l USING (execution_id, scheduled_for) "
+            "  WHERE c.execution_id = d.execution_id AND c.scheduled_for = d.scheduled_for "
+            "  AND c.scheduled_for BETWEEN %s::timestamptz AND %s::timestamptz "
+            "  AND c.dispatched_at IS NULL "
             "  RETURNING c.execution_id, c.job_id, c.tenant_id, c.attempt, c.scheduled_for, "
             "  c.dispatched_at), "
             "j AS (UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
@@ -214,15 +232,18 @@ def record_dispatched(
             "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at, x.confirmed_at), "
             f"a AS ({_DISPATCHED_AUDIT}) "
             "SELECT job_id FROM j",
-            [prepared.array(column) for column in (
-                [execution_id for execution_id, _ in dispatched],
-                [ms_to_datetime(ms) for _, ms in dispatched],
-                [execution_id for execution_id, _ in dispatched],
-                [uuid.UUID(job_id) for job_id, _, _, _ in advances],
-                [ms_to_datetime(fired_ms) for _, fired_ms, _, _ in advances],
-                [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
-                [ms_to_datetime(ms) for _, _, _, ms in advances],
-            )],
+            [
+                prepared.array(execution_id for execution_id, _, _ in dispatched),
+                prepared.array(times),
+                prepared.array(ms_to_datetime(ms) for _, _, ms in dispatched),
+                first, last, first, last,
+                *[prepared.array(column) for column in (
+                    [uuid.UUID(job_id) for job_id, _, _, _ in advances],
+                    [ms_to_datetime(fired_ms) for _, fired_ms, _, _ in advances],
+                    [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
+                    [ms_to_datetime(ms) for _, _, _, ms in advances],
+                )],
+            ],
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
@@ -244,7 +265,7 @@ def record_misfires(occurrences: Sequence[PlannedOccurrence]) -> None:
             # Only for jobs that still exist, locked against deletion (see load_and_insert).
             "WHERE j IN (SELECT job_id FROM chrono_job WHERE job_id = ANY(%s::uuid[]) "
             "FOR KEY SHARE) "
-            "ON CONFLICT (execution_id) DO UPDATE SET status = EXCLUDED.status, "
+            "ON CONFLICT (execution_id, scheduled_for) DO UPDATE SET status = EXCLUDED.status, "
             "reason = EXCLUDED.reason, finished_at = EXCLUDED.finished_at "
             "WHERE chrono_execution.status = 'SCHEDULED' AND EXCLUDED.status = 'SKIPPED' "
             "RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, status, reason, "
@@ -329,15 +350,19 @@ def changed_jobs(planned: Sequence[tuple[str, int]]) -> dict[str, tuple[str | No
         return {job_id: (status, next_ms) for job_id, status, next_ms in cursor.fetchall()}
 
 
-def forget_scheduled(execution_ids: Sequence[str]) -> None:
-    """Delete rows inserted for occurrences that are held back before publishing (they never
-    left ``SCHEDULED``, so nothing happened to them)."""
-    if execution_ids:
+def forget_scheduled(occurrences: Sequence[tuple[str, int]]) -> None:
+    """Delete rows inserted for occurrences ``(execution id, fire ms)`` that are held back
+    before publishing (they never left ``SCHEDULED``, so nothing happened to them); the fire
+    time is the partition key."""
+    if occurrences:
+        times = [ms_to_datetime(fire_ms) for _, fire_ms in occurrences]
         with connection.cursor() as cursor:
             cursor.execute(
-                "DELETE FROM chrono_execution WHERE execution_id = ANY(%s) "
-                "AND status = 'SCHEDULED'",
-                [[uuid.UUID(i) for i in execution_ids]],
+                "DELETE FROM chrono_execution e USING unnest(%s::uuid[], %s::timestamptz[]) "
+                "AS k(execution_id, scheduled_for) WHERE e.execution_id = k.execution_id "
+                "AND e.scheduled_for = k.scheduled_for "
+                "AND e.scheduled_for BETWEEN %s AND %s AND e.status = 'SCHEDULED'",
+                [[uuid.UUID(i) for i, _ in occurrences], times, *key_range(times)],
             )
 
 

@@ -43,7 +43,7 @@ from scheduler.attempts import (
 )
 from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
-from scheduler.clock import now_ms
+from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
 from scheduler.executions import (
     FinishRequest,
@@ -111,6 +111,20 @@ def _retrying(record: Callable[[], T]) -> T:
         time.sleep(min(0.05 * 2 ** min(attempt, 5), RECORD_MAX_PAUSE_S))
 
 
+def fire_ms_header(request: object) -> int | None:
+    """The fire time a Chrono message carries (``chrono_fire_ms``): its execution's
+    ``scheduled_for``, the partition key of every statement the worker runs for it; None when
+    the message has none (published by hand)."""
+    return _fire_ms(getattr(request, "chrono_fire_ms", None))
+
+
+def _fire_ms(raw: object) -> int | None:
+    try:
+        return int(raw) if raw else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
 class WorkerRuntime:
     """What Chrono's side of one worker process runs with, built from its configuration: the
     settings a task reads and the publisher of next attempts (made on first use, after the pool
@@ -163,12 +177,15 @@ class ChronoTask(Task):
         if refused is not None:
             self._refuse(execution_id, refused)
             return None
+        header_fire_ms = fire_ms_header(self.request)
         request = StartRequest(
             execution_id=execution_id,
             attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
             worker_id=self.request.hostname or "unknown",
             lease_ttl_ms=settings.lease_ttl_ms,
             at_ms=now_ms(),
+            # The partition key (scheduler.lifecycle, "Partition key").
+            scheduled_for=None if header_fire_ms is None else ms_to_datetime(header_fire_ms),
         )
         try:
             started = _retrying(lambda: _starts.submit(request))
@@ -193,12 +210,12 @@ class ChronoTask(Task):
             return None
         counted = rollups.recorder()
         tenant_id = str(getattr(self.request, "chrono_tenant_id", "") or rollups.ALL_TENANTS)
-        fire_ms = int(getattr(self.request, "chrono_fire_ms", 0) or request.at_ms)
+        fire_ms = request.at_ms if header_fire_ms is None else header_fire_ms
         counted.note_started(request.at_ms, tenant_id, self.name, request.at_ms - fire_ms)
         if request.attempt == 1:
             metrics.observe_start_lateness(request.at_ms - fire_ms)
         keeper = lease_keeper(settings.config)
-        keeper.hold(execution_id, started.fencing_token)
+        keeper.hold(execution_id, started.fencing_token, started.scheduled_for)
         try:
             result = self._run_body(request, tenant_id, args, kwargs)
         except Exception as exc:
@@ -255,6 +272,7 @@ class ChronoTask(Task):
         error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
         outcome = end_attempt(
             started.execution_id,
+            scheduled_for=started.scheduled_for,
             fencing_token=started.fencing_token,
             from_status="RUNNING",
             attempt=started.attempt,
@@ -296,9 +314,12 @@ class ChronoTask(Task):
         """End the delivered attempt FAILED with ``message``, without running the body."""
         worker_id = self.request.hostname or "unknown"
         attempt = int(getattr(self.request, "chrono_attempt", 1) or 1)
+        fire_ms = fire_ms_header(self.request)
+        scheduled_for = None if fire_ms is None else ms_to_datetime(fire_ms)
         try:
             ended = _retrying(lambda: fail_ungranted_task(
-                str(execution_id), attempt=attempt, message=message, worker_id=worker_id))
+                str(execution_id), attempt=attempt, message=message, worker_id=worker_id,
+                scheduled_for=scheduled_for))
         except DatabaseError as exc:
             log.error("could not record that execution %s is refused (%s): %r", execution_id,
                       message, exc)
@@ -341,10 +362,12 @@ def _fail_unregistered_task(sender: object = None, message: object = None, name:
     if not execution_id:
         return
     worker_id = getattr(sender, "hostname", None) or "unknown"
+    fire_ms = _fire_ms(headers.get("chrono_fire_ms"))
     try:
         ended = _retrying(lambda: fail_unregistered_task(
             str(execution_id), attempt=int(headers.get("chrono_attempt") or 1),
             task_name=name, worker_id=worker_id,
+            scheduled_for=None if fire_ms is None else ms_to_datetime(fire_ms),
         ))
     except DatabaseError as exc:
         log.error("could not record that task %r of execution %s is not registered here: %r",

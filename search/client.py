@@ -266,6 +266,23 @@ class SearchClient:
         params = {"if_seq_no": current["_seq_no"], "if_primary_term": current["_primary_term"]}
         self._request("PUT", path, params=params, body=body)
 
+    def attach_policy(self, index_pattern: str, name: str) -> None:
+        """Put the retention policy ``name`` on the indices matching ``index_pattern`` that
+        exist now (indices created later get it from their template or ``ism_template``).
+
+        Elasticsearch: the ``index.lifecycle.name`` setting. OpenSearch: ``_ism/add``, which
+        leaves alone an index that already has a policy (it says so in its reply, which is
+        not an error here). A pattern matching nothing is not an error either.
+        """
+        params = {"allow_no_indices": True, "expand_wildcards": "all"}
+        with suppress(SearchNotFound):
+            if self.engine().engine is Engine.ELASTICSEARCH:
+                self._request("PUT", f"/{_name(index_pattern)}/_settings", params=params,
+                              body={"index": {"lifecycle": {"name": name}}})
+            else:
+                self._request("POST", f"/_plugins/_ism/add/{_name(index_pattern)}",
+                              body={"policy_id": name})
+
     def delete_policy(self, name: str) -> None:
         """Delete the retention policy ``name`` of this engine; one that is not there, or an
         engine without policies, counts as deleted (tests and clean-up)."""

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from search.client import Engine, SearchClient
 
@@ -111,6 +111,20 @@ MAPPINGS: dict[str, Any] = {
 }
 
 
+class _BackingIndices(Protocol):
+    """What a retention policy needs to know of its data stream (:class:`AuditStream`, and
+    the execution logs' :class:`search.log_stream.LogStream`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def policy_name(self) -> str: ...
+
+    @property
+    def backing_index_pattern(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class AuditStream:
     """The names of one deployment's (or one test run's) audit data stream and what goes with it."""
@@ -161,23 +175,55 @@ def index_template(
     }
 
 
-def ilm_policy(retention_days: int) -> dict[str, Any]:
-    """The shipped ILM policy with its delete phase at ``retention_days``."""
-    policy = json.loads(ILM_POLICY_FILE.read_text())
+def ilm_policy(retention_days: int, *, path: Path = ILM_POLICY_FILE) -> dict[str, Any]:
+    """The shipped ILM policy at ``path`` (the audit stream's unless told) with its delete
+    phase at ``retention_days``."""
+    policy = json.loads(path.read_text())
     policy["policy"]["phases"]["delete"]["min_age"] = f"{retention_days}d"
     return policy
 
 
-def ism_policy(stream: AuditStream, retention_days: int) -> dict[str, Any]:
-    """The shipped ISM policy, deleting at ``retention_days`` after rollover and attaching
-    itself to ``stream``'s backing indices."""
-    policy = json.loads(ISM_POLICY_FILE.read_text())
+def ism_policy(stream: _BackingIndices, retention_days: int, *, path: Path = ISM_POLICY_FILE
+               ) -> dict[str, Any]:
+    """The shipped ISM policy at ``path`` (the audit stream's unless told), deleting at
+    ``retention_days`` after rollover and attaching itself to ``stream``'s backing indices."""
+    policy = json.loads(path.read_text())
     for state in policy["policy"]["states"]:
         for transition in state["transitions"]:
             if transition["state_name"] == "delete":
                 transition["conditions"]["min_rollover_age"] = f"{retention_days}d"
     policy["policy"]["ism_template"][0]["index_patterns"] = [stream.backing_index_pattern]
     return policy
+
+
+def install_policy(
+    client: SearchClient,
+    stream: _BackingIndices,
+    *,
+    retention_days: int,
+    ilm_file: Path,
+    ism_file: Path,
+) -> str | None:
+    """Create or replace ``stream``'s retention policy on this engine (ILM on Elasticsearch,
+    ISM on OpenSearch with its plugin) and put it on the backing indices that exist already
+    (a template or ``ism_template`` only reaches indices created after it); its name, or None
+    when the engine has no policies (logged: the indices are then kept until deleted)."""
+    engine = client.engine().engine
+    if engine is Engine.ELASTICSEARCH:
+        client.put_ilm_policy(stream.policy_name, ilm_policy(retention_days, path=ilm_file))
+    elif ISM_PLUGIN in client.plugin_names():
+        client.put_ism_policy(
+            stream.policy_name, ism_policy(stream, retention_days, path=ism_file))
+    else:
+        log.warning(
+            "OpenSearch at %s has no Index State Management plugin (%s): indices of %s "
+            "are kept until deleted by hand; install the plugin and restart the indexer to "
+            "apply the %d-day retention policy",
+            client.base_url, ISM_PLUGIN, stream.name, retention_days,
+        )
+        return None
+    client.attach_policy(stream.backing_index_pattern, stream.policy_name)
+    return stream.policy_name
 
 
 @dataclass(frozen=True)
@@ -196,22 +242,8 @@ def install(
     created or replaced, so running it again changes nothing)."""
     stream = stream or AuditStream.from_config(config)
     engine = client.engine().engine
-    policy: str | None = None
-    if engine is Engine.ELASTICSEARCH:
-        client.put_ilm_policy(stream.policy_name, ilm_policy(config.audit_retention_days))
-        policy = stream.policy_name
-    elif ISM_PLUGIN in client.plugin_names():
-        client.put_ism_policy(
-            stream.policy_name, ism_policy(stream, config.audit_retention_days)
-        )
-        policy = stream.policy_name
-    else:
-        log.warning(
-            "OpenSearch at %s has no Index State Management plugin (%s): audit indices of %s "
-            "are kept until deleted by hand; install the plugin and restart the indexer to "
-            "apply the %d-day retention policy",
-            client.base_url, ISM_PLUGIN, stream.name, config.audit_retention_days,
-        )
+    policy = install_policy(client, stream, retention_days=config.audit_retention_days,
+                            ilm_file=ILM_POLICY_FILE, ism_file=ISM_POLICY_FILE)
     client.put_index_template(
         stream.template_name,
         index_template(

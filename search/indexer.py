@@ -37,6 +37,7 @@ from search.client import BulkItemResult, BulkOutcome, SearchClient
 from search.documents import OutboxRow, build_document
 from search.errors import SearchError
 from search.index_template import AuditStream, install
+from search.outbox_retention import delete_shipped
 
 if TYPE_CHECKING:
     from chronocore.config import ChronoConfig
@@ -380,17 +381,7 @@ class Indexer:
     def prune(self) -> int:
         """Delete rows shipped more than ``audit_outbox_keep_hours`` ago; how many."""
         before = timezone.now() - timedelta(hours=self.config.audit_outbox_keep_hours)
-        total = 0
-        while not self.stopping:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "DELETE FROM search_auditevent WHERE id IN (SELECT id FROM "
-                    "search_auditevent WHERE shipped_at < %s ORDER BY id LIMIT %s)",
-                    [before, PRUNE_BATCH],
-                )
-                total += cursor.rowcount
-                if cursor.rowcount < PRUNE_BATCH:
-                    break
+        total = delete_shipped(before, batch=PRUNE_BATCH, should_stop=lambda: self.stopping)
         self.counters.pruned += total
         return total
 

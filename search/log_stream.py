@@ -6,7 +6,9 @@ The namespace is the deployment's ``audit_namespace`` (tests pick their own), so
 the execution logs of one deployment go together. A document's ``_id`` is
 ``<execution id>:<attempt>:<sequence>`` (:func:`document_id`), the sequence counting the lines of
 one attempt from 1 in the order they were logged, so a line shipped twice is one document.
-Retention (ILM/ISM) of this stream is not installed yet (issue 15, item 4).
+Its retention policy (ILM on Elasticsearch, ISM on OpenSearch: hot, rolled over daily, deleted
+``execution_log_retention_days`` after rollover) ships as JSON in ``search/policies/`` and is
+installed with the template, as the audit stream's is.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from search.client import SearchClient
-from search.index_template import ECS_VERSION
+from search.client import Engine, SearchClient
+from search.index_template import ECS_VERSION, POLICY_DIR, install_policy
 
 if TYPE_CHECKING:
     from chronocore.config import ChronoConfig
@@ -31,6 +33,8 @@ TEMPLATE_VERSION = 1
 # user following a running job's log wants it sooner).
 REFRESH_INTERVAL = "1s"
 LEVELS = ("debug", "info", "warning", "error", "critical")
+ILM_POLICY_FILE = POLICY_DIR / "ilm-chrono-execution-logs.json"
+ISM_POLICY_FILE = POLICY_DIR / "ism-chrono-execution-logs.json"
 
 _KEYWORD = {"type": "keyword", "ignore_above": 1024}
 _LONG = {"type": "long"}
@@ -108,40 +112,62 @@ class LogStream:
     def template_name(self) -> str:
         return f"chrono-execution-logs-{self.namespace}"
 
+    @property
+    def policy_name(self) -> str:
+        return f"chrono-execution-logs-{self.namespace}"
 
-def index_template(stream: LogStream, *, shards: int, replicas: int) -> dict[str, Any]:
+    @property
+    def backing_index_pattern(self) -> str:
+        return f".ds-{self.name}-*"
+
+
+def index_template(stream: LogStream, *, shards: int, replicas: int,
+                   ilm_policy: str | None = None) -> dict[str, Any]:
+    """The composable index template of ``stream``; ``ilm_policy`` (Elasticsearch only) names
+    the ILM policy its backing indices follow."""
+    settings: dict[str, Any] = {
+        "number_of_shards": shards,
+        "number_of_replicas": replicas,
+        "refresh_interval": REFRESH_INTERVAL,
+        "codec": "best_compression",
+    }
+    if ilm_policy:
+        settings["lifecycle"] = {"name": ilm_policy}
     return {
         "index_patterns": [stream.name],
         "data_stream": {},
         "priority": TEMPLATE_PRIORITY,
         "version": TEMPLATE_VERSION,
         "_meta": {"managed_by": "chrono", "description": "Chrono execution logs (ECS)"},
-        "template": {
-            "settings": {"index": {
-                "number_of_shards": shards,
-                "number_of_replicas": replicas,
-                "refresh_interval": REFRESH_INTERVAL,
-                "codec": "best_compression",
-            }},
-            "mappings": copy.deepcopy(MAPPINGS),
-        },
+        "template": {"settings": {"index": settings}, "mappings": copy.deepcopy(MAPPINGS)},
     }
 
 
 def install(client: SearchClient, config: ChronoConfig, stream: LogStream | None = None
             ) -> LogStream:
-    """Put the template and the data stream in place (idempotent)."""
+    """Put the retention policy, the template and the data stream in place (idempotent)."""
     stream = stream or LogStream.from_config(config)
+    policy = install_policy(client, stream, retention_days=config.execution_log_retention_days,
+                            ilm_file=ILM_POLICY_FILE, ism_file=ISM_POLICY_FILE)
+    elasticsearch = client.engine().engine is Engine.ELASTICSEARCH
     client.put_index_template(stream.template_name, index_template(
-        stream, shards=config.audit_index_shards, replicas=config.audit_index_replicas))
+        stream, shards=config.audit_index_shards, replicas=config.audit_index_replicas,
+        ilm_policy=policy if elasticsearch else None))
     created = client.create_data_stream(stream.name)
-    log.info("execution-log data stream %s %s", stream.name, "created" if created else "ready")
+    if created and policy:
+        # Its first backing index was created after the policy, but attach it for certain
+        # (an ISM template applies to indices created after the policy's last update).
+        client.attach_policy(stream.backing_index_pattern, policy)
+    log.info("execution-log data stream %s %s (retention policy: %s, %d days)", stream.name,
+             "created" if created else "ready", policy or "none",
+             config.execution_log_retention_days)
     return stream
 
 
 def uninstall(client: SearchClient, stream: LogStream) -> None:
     client.delete_data_stream(stream.name)
     client.delete_index_template(stream.template_name)
+    client.delete_policy(stream.policy_name)
 
 
 def base_document(*, namespace: str) -> dict[str, Any]:

@@ -64,7 +64,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -120,6 +120,7 @@ log = logging.getLogger("chrono.workflows")
 WATCHER = "workflow"
 ENGINE_ACTOR = "workflow-engine"
 END_CHANNEL = "chrono_execution_end"
+STEP_CLOCK_MARGIN = timedelta(days=1)
 APPLY_BATCH = 1_000
 DEADLINE_BATCH = 100
 # A soft time limit raises in the task; the hard one kills its process this much later.
@@ -379,7 +380,11 @@ def _started_steps(run: WorkflowRun, state: RunState) -> list[StepStarted]:
              for ref, step in _refs(state) if step.status is StepStatus.READY}
     if not ready:
         return []
-    running = Execution.objects.filter(job_id__in=list(ready),
+    # A step's executions fire after its run began: bounding scheduled_for (the partition
+    # key) keeps the look-up to the days since, not every day the table keeps; the margin
+    # covers clocks of the processes that stamped the two apart.
+    began = (run.started_at or run.created_at) - STEP_CLOCK_MARGIN
+    running = Execution.objects.filter(job_id__in=list(ready), scheduled_for__gte=began,
                                        status=ExecutionStatus.RUNNING).values_list("job_id",
                                                                                    flat=True)
     return [StepStarted(ready[job_id][0].key, ready[job_id][1], ready[job_id][0].map_index)

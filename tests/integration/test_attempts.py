@@ -69,15 +69,19 @@ def test_the_last_attempt_is_dead_lettered_and_a_stale_token_is_refused(tenant, 
 
 def test_attempts_sent_from_a_retry_timer_are_marked_dispatched_with_their_audit_rows(tenant):
     from scheduler.attempts import load_waiting, mark_dispatched
-    from scheduler.clock import now_ms
+    from scheduler.clock import datetime_to_ms, now_ms
+    from scheduler.lifecycle import RetryTimer
 
     job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
     waiting = [execution_id_for(str(job.job_id), ms) for ms in (1_000, 2_000)]
     for execution_id in waiting:
         Execution.objects.create(execution_id=execution_id, job=job, tenant=tenant, attempt=2,
                                  scheduled_for=job.next_run_at, status="RETRY_WAIT")
-    rows = load_waiting([(str(e), 2) for e in waiting])
-    assert len(rows) == 2
+    fire_ms = datetime_to_ms(job.next_run_at)
+    # One timer with its partition key (every timer written now), one without (written
+    # before the table was partitioned): both are found.
+    rows = load_waiting([RetryTimer(str(waiting[0]), 2, fire_ms), RetryTimer(str(waiting[1]), 2)])
+    assert len(rows) == 2 and {row.scheduled_for for row in rows} == {job.next_run_at}
     mark_dispatched(rows, at_ms=now_ms())
     assert set(Execution.objects.filter(pk__in=waiting).values_list("status", flat=True)) == {
         "DISPATCHED"}

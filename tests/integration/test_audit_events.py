@@ -34,7 +34,7 @@ def dispatch(job) -> str:
     execution_id = execution_id_for(str(job.job_id), fire_ms)
     next_ms = None if due.schedule is None else due.schedule.next_fire_ms(fire_ms)
     confirmed_ms = now_ms()
-    occurrences.record_dispatched([(execution_id, confirmed_ms)],
+    occurrences.record_dispatched([(execution_id, fire_ms, confirmed_ms)],
                                   advances=[occurrences.JobAdvance(
                                       str(job.job_id), fire_ms, next_ms, confirmed_ms)])
     return str(execution_id)

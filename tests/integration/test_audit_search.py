@@ -33,7 +33,7 @@ def run_job(tenant, *, fail: bool = False, job_type: str = "billing.charge") -> 
     occurrences.load_and_insert([(str(job.job_id), fire_ms)])
     execution_id = str(execution_id_for(str(job.job_id), fire_ms))
     confirmed_ms = now_ms()
-    occurrences.record_dispatched([(uuid.UUID(execution_id), confirmed_ms)],
+    occurrences.record_dispatched([(uuid.UUID(execution_id), fire_ms, confirmed_ms)],
                                   advances=[occurrences.JobAdvance(
                                       str(job.job_id), fire_ms, None, confirmed_ms)])
     started = start_execution(execution_id, attempt=1, worker_id="w1", lease_ttl_ms=60_000)

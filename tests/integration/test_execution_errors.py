@@ -51,7 +51,7 @@ def run_failing_task(tenant) -> str:
     fire_ms = datetime_to_ms(job.next_run_at)
     occurrences.load_and_insert([(str(job.job_id), fire_ms)])
     execution_id = str(execution_id_for(str(job.job_id), fire_ms))
-    occurrences.record_dispatched([(uuid.UUID(execution_id), now_ms())],
+    occurrences.record_dispatched([(uuid.UUID(execution_id), fire_ms, now_ms())],
                                   advances=[occurrences.JobAdvance(
                                       str(job.job_id), fire_ms, None, now_ms())])
     charge.push_request(chrono_execution_id=execution_id, chrono_attempt="1",

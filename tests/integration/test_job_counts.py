@@ -57,7 +57,7 @@ def test_every_way_a_job_changes_is_counted(tenant, other_tenant, tenant_api, re
     fire_ms = datetime_to_ms(once.next_run_at)
     occurrences.load_and_insert([(str(once.job_id), fire_ms)])
     occurrences.record_dispatched(
-        [(execution_id_for(str(once.job_id), fire_ms), now_ms())],
+        [(execution_id_for(str(once.job_id), fire_ms), fire_ms, now_ms())],
         advances=[occurrences.JobAdvance(str(once.job_id), fire_ms, None, now_ms())])
     assert Job.objects.get(job_id=once.job_id).status == JobStatus.COMPLETED
     assert_counts_match(tenant, other_tenant)

@@ -32,7 +32,7 @@ def run_step(run, key: str, *, status: ExecutionStatus | None, took_ms: int = 12
     fire_ms = datetime_to_ms(Job.objects.get(job_id=job_id).next_run_at)
     occurrences.load_and_insert([(job_id, fire_ms)])
     execution_id = execution_id_for(job_id, fire_ms)
-    occurrences.record_dispatched([(execution_id, now_ms())],
+    occurrences.record_dispatched([(execution_id, fire_ms, now_ms())],
                                   advances=[occurrences.JobAdvance(job_id, fire_ms, None,
                                                                    now_ms())])
     started_ms = now_ms()

@@ -317,7 +317,7 @@ def test_occurrences_prepared_early_are_looked_at_again_and_withdrawn_if_their_j
     due = now_ms() + 400
     names = ("kept", "paused", "deleted", "moved")
     looked: list[tuple[int, list[str]]] = []
-    forgotten: list[str] = []
+    forgotten: list[tuple[str, int]] = []
 
     def changed_jobs(planned):
         looked.append((now_ms(), sorted(job for job, _ in planned)))
@@ -337,7 +337,7 @@ def test_occurrences_prepared_early_are_looked_at_again_and_withdrawn_if_their_j
     assert all(at >= due for at, _ in publisher.batches)
     ((at, ids),) = looked
     assert due - 3 * 100 <= at < due and ids == sorted(names)
-    assert sorted(forgotten) == sorted(str(execution_id_for(job, due))
+    assert sorted(forgotten) == sorted((str(execution_id_for(job, due)), due)
                                        for job in ("paused", "deleted", "moved"))
     acks = {ack.timer.timer_id: ack.next_ms for batch in recorder.batches for ack in batch.acks}
     assert acks == {f"paused-{due}": None, f"deleted-{due}": None, f"moved-{due}": due + 60_000}

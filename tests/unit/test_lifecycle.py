@@ -68,8 +68,14 @@ def test_every_publish_of_one_occurrence_has_the_same_execution_id():
     assert execution_id_for("job", 1_000).version == 5
 
 
-def test_a_retry_timer_id_reads_back_as_its_execution_and_attempt():
+def test_a_retry_timer_id_reads_back_as_its_execution_attempt_and_partition_key():
     execution_id = str(uuid.uuid4())
-    timer_id = retry_timer_id(execution_id, 3)
-    assert timer_id == f"{execution_id}#3"
-    assert parse_retry_timer(timer_id) == (execution_id, 3)
+    timer_id = retry_timer_id(execution_id, 3, 1_764_000_000_123)
+    assert timer_id == f"{execution_id}#3#1764000000123"
+    assert parse_retry_timer(timer_id) == (execution_id, 3, 1_764_000_000_123)
+
+
+def test_a_retry_timer_written_before_the_partitioning_reads_back_without_a_key():
+    execution_id = str(uuid.uuid4())
+    assert retry_timer_id(execution_id, 3) == f"{execution_id}#3"
+    assert parse_retry_timer(f"{execution_id}#3") == (execution_id, 3, None)

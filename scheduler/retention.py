@@ -1,0 +1,152 @@
+"""The retention pass: what keeps PostgreSQL's executions and audit outbox bounded.
+
+One pass (``chrono retention``, and the reaper every ``retention_interval_ms``):
+
+1. creates the daily partitions of ``chrono_execution`` from today to
+   ``execution_partitions_ahead_days`` ahead (rows of those days waiting in the default partition
+   are moved in);
+2. detaches and drops each day older than ``execution_retention_days``, unless one of its
+   executions is not finished, one of their audit rows is not shipped to the search engine, or
+   a workflow end of one is not applied (the day is kept and tried again at the next pass; the
+   report says why);
+3. deletes the default partition's expired rows on the same conditions, row by row;
+4. deletes the audit outbox rows shipped more than ``audit_outbox_keep_hours`` ago (the
+   indexer does too).
+
+Execution log lines never pass through PostgreSQL (they go from the worker's spool to the
+engine), so dropping an execution's row loses none of them; their own retention is the data
+stream's lifecycle policy (:mod:`search.log_stream`).
+
+One pass at a time: a pass holds a PostgreSQL advisory lock, and a second one (another reaper)
+skips its turn. ``dry_run`` changes nothing and reports what a pass would do.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connection
+from django.utils import timezone
+
+from scheduler import partitions
+from scheduler.partitions import DropOutcome
+from search import outbox_retention
+
+if TYPE_CHECKING:
+    from chronocore.config import ChronoConfig
+
+log = logging.getLogger("chrono.retention")
+
+_LOCK_KEY = "chrono-retention"
+
+
+@dataclass
+class RetentionReport:
+    """What one pass did (or, ``dry_run``, would do)."""
+
+    dry_run: bool
+    today: date
+    ran: bool = True
+    created: list[date] = field(default_factory=list)
+    moved_from_default: int = 0
+    dropped: list[DropOutcome] = field(default_factory=list)
+    kept: list[DropOutcome] = field(default_factory=list)
+    failed: dict[date, str] = field(default_factory=dict)
+    default_rows_deleted: int = 0
+    audit_rows_deleted: int = 0
+
+    def lines(self) -> list[str]:
+        """The report for a person, one line per change (``would`` on a dry run)."""
+        if not self.ran:
+            return ["another retention pass is running: nothing done"]
+        verb = "would " if self.dry_run else ""
+        out = [f"{verb}create partition {partitions.partition_name(day)}"
+               for day in self.created]
+        if self.moved_from_default:
+            out.append(f"moved {self.moved_from_default} rows from the default partition")
+        out += [f"{verb}drop partition {partitions.partition_name(o.day)} "
+                f"(~{max(o.estimated_rows, 0)} rows)" for o in self.dropped]
+        out += [f"keep partition {partitions.partition_name(o.day)}: {o.kept_because}"
+                for o in self.kept]
+        out += [f"failed on partition {partitions.partition_name(day)}: {error}"
+                for day, error in self.failed.items()]
+        out.append(f"{verb}delete {self.default_rows_deleted} expired rows of the default "
+                   "partition")
+        out.append(f"{verb}delete {self.audit_rows_deleted} shipped audit outbox rows")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["today"] = self.today.isoformat()
+        data["created"] = [partitions.partition_name(day) for day in self.created]
+        data["dropped"] = [partitions.partition_name(o.day) for o in self.dropped]
+        data["kept"] = {partitions.partition_name(o.day): o.kept_because for o in self.kept}
+        data["failed"] = {partitions.partition_name(d): e for d, e in self.failed.items()}
+        return data
+
+
+def run_retention(config: ChronoConfig, *, dry_run: bool = False,
+                  today: date | None = None) -> RetentionReport:
+    """One retention pass (see the module's docstring). ``today`` (a UTC day) is for tests.
+    Raises :class:`scheduler.errors.PartitioningMissing` before migration 0015."""
+    report = RetentionReport(dry_run=dry_run, today=today or partitions.today_utc())
+    if not _try_lock():
+        report.ran = False
+        return report
+    try:
+        _partitions(config, report)
+        cutoff, _ = partitions.day_bounds(report.today
+                                          - timedelta(days=config.execution_retention_days))
+        report.default_rows_deleted = partitions.delete_expired_default_rows(
+            cutoff, dry_run=dry_run)
+        shipped_before = timezone.now() - timedelta(hours=config.audit_outbox_keep_hours)
+        report.audit_rows_deleted = (
+            outbox_retention.count_shipped(shipped_before) if dry_run
+            else outbox_retention.delete_shipped(shipped_before))
+    finally:
+        _unlock()
+    for line in report.lines():
+        log.info("retention: %s", line)
+    return report
+
+
+def _partitions(config: ChronoConfig, report: RetentionReport) -> None:
+    existing = partitions.existing_days()
+    report.created = partitions.days_to_create(
+        existing, today=report.today, ahead_days=config.execution_partitions_ahead_days)
+    if not report.dry_run:
+        for day in list(report.created):
+            try:
+                report.moved_from_default += partitions.create_day(day)
+            except DatabaseError as exc:  # a lock not granted in time: the next pass
+                report.created.remove(day)
+                report.failed[day] = str(exc).strip()
+    expired = partitions.expired_days(existing, today=report.today,
+                                      retention_days=config.execution_retention_days)
+    for day in expired:
+        try:
+            outcome = partitions.drop_day(day, dry_run=report.dry_run)
+        except DatabaseError as exc:
+            report.failed[day] = str(exc).strip()
+            continue
+        if outcome.kept_because is None:
+            report.dropped.append(outcome)
+        else:
+            report.kept.append(outcome)
+    for day, error in report.failed.items():
+        log.warning("retention: partition %s not changed, tried again at the next pass: %s",
+                    partitions.partition_name(day), error)
+
+
+def _try_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [_LOCK_KEY])
+        return bool(cursor.fetchone()[0])
+
+
+def _unlock() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [_LOCK_KEY])
