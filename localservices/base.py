@@ -20,7 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Protocol
 
-from localservices.errors import ServiceError
+from localservices.errors import ServiceError, ServiceStartError
 
 log = logging.getLogger("localservices")
 
@@ -312,3 +312,13 @@ def make_traversable(directory: Path) -> None:
             log.info("adding o+x to %s so the service users can reach %s", ancestor, directory)
             ancestor.chmod(mode | stat.S_IXOTH)
 
+
+
+def refuse_other_ports(kind: str, directory: Path, running: Sequence[int],
+                       asked: Sequence[int] | None) -> None:
+    """``chrono services cluster-up KIND --ports``: a cluster already in ``directory`` keeps its
+    own ports; asking for others is an error that says what to do, never a silent default."""
+    if asked and tuple(asked) != tuple(running):
+        raise ServiceStartError(
+            f"the {kind} cluster in {directory} listens on {list(running)}, not {list(asked)}: "
+            f"run `chrono services cluster-down {kind}` first to start one on other ports")

@@ -45,6 +45,7 @@ from localservices.base import (
     chown_tree,
     log,
     output_tail,
+    refuse_other_ports,
     run_command,
     wait_for_exit,
 )
@@ -289,11 +290,7 @@ def cluster_up(data_dir: Path, *, ports: tuple[int, ...] | None = None) -> str:
     processes. ``ports`` apply to a new pair; an existing one keeps its own."""
     directory = cluster_directory(data_dir)
     pair = PostgresPair.load_or_create(directory, tuple(ports or DEFAULT_PORTS))  # type: ignore[arg-type]
-    if ports and tuple(ports) != pair.ports:
-        raise ServiceStartError(
-            f"the PostgreSQL pair in {directory} listens on {list(pair.ports)}, not "
-            f"{list(ports)}: run `chrono services cluster-down postgresql` first to start one "
-            "on other ports")
+    refuse_other_ports("postgresql", directory, pair.ports, ports)
     pair.up()
     return pair.database_url()
 

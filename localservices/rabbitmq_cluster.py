@@ -43,6 +43,7 @@ from localservices.base import (
     make_traversable,
     pid_exists,
     port_holders,
+    refuse_other_ports,
     wait_for_exit,
     write_owned,
 )
@@ -324,11 +325,8 @@ def cluster_up(data_dir: Path, *, ports: tuple[int, ...] | None = None) -> str:
     cluster = RabbitMQCluster.open(directory)
     if cluster is None:
         cluster = RabbitMQCluster.create(directory, ports=ports or DEFAULT_CLUSTER_PORTS)
-    elif ports and tuple(ports) != cluster.ports:
-        raise ServiceStartError(
-            f"the RabbitMQ cluster in {directory} listens on {list(cluster.ports)}, not "
-            f"{list(ports)}: run `chrono services cluster-down rabbitmq` first to start one on "
-            "other ports")
+    else:
+        refuse_other_ports("rabbitmq", directory, cluster.ports, ports)
     cluster.start()
     return cluster.broker_url()
 

@@ -43,6 +43,7 @@ from localservices.base import (
     pid_alive,
     port_holders,
     read_pid,
+    refuse_other_ports,
     render_template,
     run_command,
     terminate,
@@ -321,8 +322,11 @@ def cluster_up(data_dir: Path, *, ports: tuple[int, ...] | None = None) -> str:
     and return the ``REDIS_URL`` Chrono's processes take (``chrono services cluster-up redis``
     prints it). A cluster already there keeps its ports and password."""
     directory = cluster_directory(data_dir)
-    cluster = LocalRedisCluster.from_state(directory) or LocalRedisCluster(
-        directory=directory, ports=ports or DEFAULT_PORTS)
+    cluster = LocalRedisCluster.from_state(directory)
+    if cluster is None:
+        cluster = LocalRedisCluster(directory=directory, ports=ports or DEFAULT_PORTS)
+    else:
+        refuse_other_ports("redis", directory, cluster.ports, ports)
     cluster.start()
     print("CHRONO_REDIS_CLUSTER=true")
     return cluster.url
