@@ -174,7 +174,31 @@ def fail_delivered_attempt(execution_id: str, *, attempt: int, worker_id: str, e
     attempt (cancelled meanwhile, or a redelivery of a message already handled).
     ``scheduled_for`` is the partition key its message carries; as for a start, one not found
     by it is looked for by id alone (a rare path: a task nobody may run here)."""
-    row = None
+    # The recorder may mark the execution DISPATCHED between the read and the end (the
+    # message outran its confirm): the end, conditional on the status read, then matches
+    # nothing, and is tried again on the status it has now. The recorder moves a status once
+    # (SCHEDULED to DISPATCHED), so a second try settles it.
+    for _ in range(2):
+        row = _delivered_attempt(execution_id, attempt=attempt, scheduled_for=scheduled_for)
+        if row is None:
+            return False
+        fencing_token, status, row_scheduled_for = row
+        outcome = end_attempt(
+            execution_id, fencing_token=fencing_token, from_status=status, attempt=attempt,
+            policy=RetryPolicy(max_attempts=1), error=error, error_type=error_type,
+            reason_prefix=reason, actor=f"worker:{worker_id}", scheduled_for=row_scheduled_for,
+        )
+        if outcome is not None:
+            return True
+        if status != "SCHEDULED":
+            return False
+    return False
+
+
+def _delivered_attempt(execution_id: str, *, attempt: int,
+                       scheduled_for: datetime | None) -> tuple[int, str, datetime] | None:
+    """``(fencing token, status, scheduled_for)`` of the execution while ``attempt`` of it is
+    delivered and not started; by its partition key first, then by id alone."""
     with connection.cursor() as cursor:
         for key in ([scheduled_for] if scheduled_for is not None else []) + [None]:
             cursor.execute(
@@ -185,16 +209,8 @@ def fail_delivered_attempt(execution_id: str, *, attempt: int, worker_id: str, e
                 [uuid.UUID(execution_id), *([] if key is None else [key]), attempt],
             )
             if (row := cursor.fetchone()) is not None:
-                break
-    if row is None:
-        return False
-    fencing_token, status, row_scheduled_for = row
-    outcome = end_attempt(
-        execution_id, fencing_token=fencing_token, from_status=status, attempt=attempt,
-        policy=RetryPolicy(max_attempts=1), error=error, error_type=error_type,
-        reason_prefix=reason, actor=f"worker:{worker_id}", scheduled_for=row_scheduled_for,
-    )
-    return outcome is not None
+                return row
+    return None
 
 
 def send_attempt(
