@@ -18,19 +18,29 @@ Before the measured jobs, ``--warmup`` jobs run at the same rate through the sam
 (just started: their connections, prepared statements and code paths are cold) and are
 reported apart, as ``warmup``: the figures are those of a running platform, and what a freshly
 started one does in its first seconds stays visible.
+
+``--history-rows`` puts that many finished executions of the last ``--history-days`` days in
+the table first (each past day in its own partition, today's share in today's), to show what a
+table holding a platform's history costs the dispatch path; they are dropped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 
+from django.db import connection
 from django.db.models import QuerySet
 
+from bench import retention
 from bench.ceilings import reports_ceilings
 from bench.common import cpu_by_role, processes_on_cpus, queue_depth, rabbitmq_pids
 from bench.platform import bench_platform, lateness_report
 from localservices.processes import wait_until
+from scheduler import partitions
 from scheduler.clock import ms_to_datetime, now_ms
 
 
@@ -52,6 +62,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2_000,
                         help="jobs run (at --rate) before the measured ones, reported apart")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--history-rows", type=int, default=0,
+                        help="finished executions in the table during the run, spread over "
+                             "the last --history-days days (dropped at the end)")
+    parser.add_argument("--history-days", type=float, default=3.0)
     return parser.parse_args(argv)
 
 
@@ -65,11 +79,46 @@ def _pinning(pin: bool) -> tuple[set[int], set[int]]:
     return {cpus[0]}, set(cpus[1:])
 
 
+HISTORY_TENANT = "bench-history"
+
+
+@contextmanager
+def _history(rows: int, days: float) -> Iterator[int]:
+    """``rows`` finished executions of a tenant of their own spread evenly over the last
+    ``days`` days (up to a minute ago) while the run lasts, each past day in a partition of its
+    own as the retention pass creates them ahead; none by default. Afterwards the days it
+    created are dropped and its rows elsewhere deleted."""
+    if rows <= 0:
+        yield 0
+        return
+    from chronocore.models import Tenant
+
+    tenant, _ = Tenant.objects.get_or_create(slug=HISTORY_TENANT,
+                                             defaults={"name": "Benchmark history"})
+    end = ms_to_datetime(now_ms() - 60_000)
+    start = end - timedelta(days=days)
+    past = [start.date() + timedelta(days=n) for n in range((end.date() - start.date()).days)]
+    created = sorted(set(past) - partitions.existing_days())
+    for day in created:
+        partitions.create_day(day)
+    try:
+        retention.fill(start, end, rows, tenant.tenant_id)
+        yield rows
+    finally:
+        for day in created:  # only what it created: other rows of those days stay
+            partitions.drop_day(day)
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM chrono_execution WHERE tenant_id = %s",
+                           [tenant.tenant_id])
+        tenant.delete()
+
+
 @reports_ceilings(figure="rate_per_s", of="amqp_publish_per_s")
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     dispatch_cpus, worker_cpus = _pinning(args.pin)
     with (bench_platform("dispatch") as platform,
+          _history(args.history_rows, args.history_days) as history_rows,
           processes_on_cpus(rabbitmq_pids() if args.pin else [], dispatch_cpus)):
         for i in range(args.replicas):
             platform.start_beat(f"bench-beat-{i}", cpus=dispatch_cpus)
@@ -112,6 +161,7 @@ def run(argv: list[str]) -> dict[str, object]:
         "jobs": args.jobs,
         "offered_rate_per_s": args.rate,
         "replicas": args.replicas,
+        "history_rows": history_rows,
         "worker": None if args.no_worker else f"{args.worker_pool} x{args.worker_concurrency}",
         "worker_nice": args.worker_nice,
         "pinned": ({"beat_and_rabbitmq_cpus": sorted(dispatch_cpus),
