@@ -84,6 +84,15 @@ class BenchPlatform:
         self.worker = worker
         return worker
 
+    def start_reaper(self, **env: object) -> ChronoProcess:
+        """A ``chrono reaper`` (it also keeps the dashboard's all-tenants snapshot); returns
+        once its loop started."""
+        extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
+        reaper = self.group.start("reaper", ["reaper"], env=extra)
+        reaper.wait_until(lambda: "reaper started" in reaper.log_tail(), timeout_s=30,
+                          what="starting")
+        return reaper
+
     def schedule_steady(self, jobs: int, rate: float, *, lead_ms: int = 3_000) -> int:
         """``jobs`` one-time no-op jobs due evenly at ``rate`` per second; returns the first
         fire time (epoch ms)."""

@@ -8,6 +8,8 @@ timers, queues) are in the all-tenants view only."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib import admin
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
@@ -15,12 +17,15 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from chronoadmin.dashboard_data import dashboard_data
+from chronoadmin.dashboard_snapshot import read_snapshot
 
 # get_config() here: Django views: the process edge, nothing owns them to hand them the
 # configuration.
 from chronocore.config import get_config
 from chronocore.models import Tenant
+from chronocore.redis_client import redis_client
 from chronocore.staff import scope_of
+from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 
 # The page polls this often while it is visible; the server computes the figures at most once
 # per DASHBOARD_CACHE_S for each tenant filter, however many pages poll.
@@ -70,10 +75,13 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
 
 
 def dashboard_data_view(request: HttpRequest) -> JsonResponse:
-    """The dashboard's figures as JSON, for the whole platform or ``?tenant=<slug>``.
+    """The dashboard's figures as JSON, for the whole platform or ``?tenant=<slug>``, with
+    ``source`` ("snapshot" or "live"), ``as_of`` and ``age_s``.
 
-    Throttled by the server: computed at most once per ``DASHBOARD_CACHE_S`` per tenant filter
-    and process, however many browsers poll it."""
+    The whole platform's come from the reapers' snapshot (:func:`platform_data`); a tenant's
+    are computed here (:func:`live_data`: at most once per ``DASHBOARD_CACHE_S`` per tenant
+    filter and process, however many browsers poll it). A tenant's staff never get the
+    platform's: :func:`tenant_in_view` always gives them one of their tenants."""
     slug = request.GET.get("tenant", "").strip()
     try:
         tenant = tenant_in_view(request, slug)
@@ -81,8 +89,14 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"detail": str(exc)}, status=404)
     except PermissionDenied as exc:
         return JsonResponse({"detail": str(exc)}, status=403)
-    tenant_id = None if tenant is None else str(tenant.tenant_id)
-    slug = "" if tenant is None else tenant.slug
+    if tenant is None:
+        return JsonResponse(platform_data())
+    return JsonResponse(live_data(str(tenant.tenant_id), tenant.slug))
+
+
+def live_data(tenant_id: str | None, slug: str = "") -> dict:
+    """The figures computed here (``tenant_id`` None: the whole platform), at most once per
+    ``DASHBOARD_CACHE_S`` per tenant filter and process, marked ``source: "live"``."""
     key = f"chrono-dashboard:{tenant_id or '*'}"
     data = cache.get(key)
     if data is None:
@@ -92,4 +106,24 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
         )
         data["tenant"] = slug or None
         cache.set(key, data, DASHBOARD_CACHE_S)
-    return JsonResponse(data)
+    return _dated(data, source="live", as_of=datetime.fromisoformat(data["generated_at"]))
+
+
+def platform_data() -> dict:
+    """The all-tenants figures: the reapers' snapshot (:mod:`chronoadmin.dashboard_snapshot`)
+    while it is younger than ``dashboard_snapshot_max_age_ms``, else computed here, the answer
+    saying why (``live_reason``): the dashboard never shows old figures as if they were new."""
+    config = get_config()
+    reading = read_snapshot(redis_client(), now_ms=now_ms(),
+                            max_age_ms=config.dashboard_snapshot_max_age_ms,
+                            interval_ms=config.dashboard_snapshot_interval_ms)
+    if reading.data is not None:
+        return _dated(reading.data, source="snapshot", as_of=ms_to_datetime(reading.as_of_ms))
+    return {**live_data(None), "live_reason": reading.reason}
+
+
+def _dated(data: dict, *, source: str, as_of: datetime) -> dict:
+    """``data`` with where its figures come from, when they were computed (``as_of``, ISO
+    8601) and how old they are now (``age_s``)."""
+    return {**data, "source": source, "as_of": as_of.isoformat(),
+            "age_s": round(max(0, now_ms() - datetime_to_ms(as_of)) / 1000, 1)}

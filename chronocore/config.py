@@ -117,6 +117,12 @@ class ChronoConfig:
     # undelivered_check_interval_ms; the flag clears when a consumer appears or the run starts.
     undelivered_flag_after_ms: int = 60_000
     undelivered_check_interval_ms: int = 5_000
+    # The dashboard's all-tenants view: one reaper at a time computes its figures this often
+    # into a snapshot in Redis (0: none; chronoadmin/dashboard_snapshot.py), which the view
+    # serves while it is younger than dashboard_snapshot_max_age_ms, computing them itself
+    # (and saying so) otherwise.
+    dashboard_snapshot_interval_ms: int = 2_000
+    dashboard_snapshot_max_age_ms: int = 10_000
 
     # Probe port of the beat, worker, reaper and indexer (/metrics for Prometheus, /health for a
     # supervisor; docs/operations.md): 0 serves none. Each command's --metrics-port wins.
@@ -292,6 +298,8 @@ class ChronoConfig:
             ("reaper_scan_window_days", 1),
             ("undelivered_flag_after_ms", 1_000),
             ("undelivered_check_interval_ms", 100),
+            ("dashboard_snapshot_interval_ms", 0),
+            ("dashboard_snapshot_max_age_ms", 1_000),
             ("metrics_port", 0),
         ):
             if getattr(self, name) < low:
@@ -340,6 +348,10 @@ _CROSS_FIELD_RULES: tuple[tuple[str, str, Callable[[int, int], bool], str, str],
      "shards stall or change hands"),
     ("api_default_page_size", "api_max_page_size", lambda a, b: a <= b, "must not exceed",
      "the default page is one a client may ask for"),
+    ("dashboard_snapshot_interval_ms", "dashboard_snapshot_max_age_ms", lambda a, b: a * 2 <= b,
+     "must be at most half of",
+     "a snapshot one computation late would be refused, and the dashboard computed by every "
+     "web process"),
 )
 
 

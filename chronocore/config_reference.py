@@ -31,6 +31,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "reaper_interval_ms", "worker_dead_after_missed_heartbeats", "retry_overdue_grace_ms",
         "cancel_grace_ms", "undelivered_flag_after_ms", "undelivered_check_interval_ms",
         "workflow_engine_in_worker")),
+    ("The dashboard's snapshot", (
+        "dashboard_snapshot_interval_ms", "dashboard_snapshot_max_age_ms")),
     ("Metrics and health", ("metrics_port", "metrics_address", "metrics_bearer_token")),
     ("Input and REST API limits", (
         "max_payload_bytes", "api_rate_per_minute", "api_max_request_bytes",
@@ -142,6 +144,11 @@ DESCRIPTIONS: dict[str, str] = {
     "no consumer is flagged (its reason, a metric) by the reaper.",
     "undelivered_check_interval_ms": "How often the reaper looks for executions on queues "
     "nobody consumes.",
+    "dashboard_snapshot_interval_ms": "How often one reaper computes the dashboard's "
+    "all-tenants figures into its snapshot in Redis (0: never; the view computes them itself).",
+    "dashboard_snapshot_max_age_ms": "The all-tenants view serves the snapshot while it is "
+    "younger than this; an older or missing one is computed live, the answer saying so "
+    "(`source: live`).",
     "workflow_engine_in_worker": "Every worker's main process applies workflow step ends; turn "
     "off when `chrono workflow-engine` processes do it instead.",
     "metrics_port": "Port of the beat's, worker's, reaper's and indexer's `/metrics` and "

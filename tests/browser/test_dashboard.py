@@ -1,5 +1,6 @@
 """The operator's pages in a real browser: the admin is styled, and the live dashboard's counts
-and charts move while jobs run, without the page being reloaded."""
+and charts move while jobs run, without the page being reloaded (the all-tenants figures from
+the reaper's snapshot, the page saying how old they are)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def test_the_dashboard_counts_and_charts_move_while_jobs_run_without_a_reload(
         platform, web, operator, browser, tenant):
     platform.start_beat()
     platform.start_worker(pool="threads", concurrency=8)
+    # The all-tenants view is served from the reaper's snapshot, as in production.
+    platform.start_reaper(dashboard_snapshot_interval_ms=1_000)
     log_in(browser, web)
     browser.get(f"{web}/admin/dashboard/")
     wait = WebDriverWait(browser, 60, poll_frequency=0.5)
@@ -61,6 +64,10 @@ def test_the_dashboard_counts_and_charts_move_while_jobs_run_without_a_reload(
     assert browser.find_element(By.ID, "chrono-dashboard").get_attribute(
         "data-generated-at") != first_update
     assert "e2e.record_run" in _text(browser, "#tasks tbody tr")
+    # Its figures came from the snapshot, and the page says how old they are.
+    wait.until(lambda d: d.find_element(By.ID, "dash-source").get_attribute(
+        "data-source") == "snapshot")
+    assert "s old (platform snapshot)" in _text(browser, "#dash-source")
     workers = _text(browser, "#workers tbody")
     assert "healthy" in workers
     screenshot(browser, "dashboard")

@@ -104,6 +104,19 @@
       "no queue");
   }
 
+  // Where the figures come from and how old they are: the platform's snapshot (computed by a
+  // reaper every few seconds), or computed by the web process itself; the all-tenants view
+  // computed live says why (no snapshot, or one too old: the reaper may be down).
+  function drawSource(data) {
+    const source = document.getElementById("dash-source");
+    source.dataset.source = data.source;
+    const asOf = new Date(data.as_of).toLocaleTimeString();
+    source.textContent = data.source === "snapshot"
+      ? `figures of ${asOf}, ${data.age_s} s old (platform snapshot)`
+      : `figures computed live${data.live_reason ? `: ${data.live_reason}` : ""}`;
+    source.classList.toggle("stale", Boolean(data.live_reason));
+  }
+
   function draw(data) {
     const sum = (key) => data.series.reduce((total, p) => total + p[key], 0);
     fillList("jobs-by-status", Object.entries(data.jobs_by_status).sort());
@@ -126,9 +139,11 @@
     document.getElementById("workers-panel").hidden = Boolean(data.tenant);
     fillTable("workers", data.workers, (w) => [[w.worker_id], [w.queues], [text(w.heartbeat_age_s, "s"), "num"],
       [w.running, "num"], [w.healthy ? "healthy" : "unhealthy", w.healthy ? "health-ok" : "health-bad"]]);
-    statusLine.textContent = `updated ${new Date(data.generated_at).toLocaleTimeString()}` +
+    // When the page last redrew; the figures' own time and age are drawSource's.
+    statusLine.textContent = `updated ${new Date().toLocaleTimeString()}` +
       (data.tenant ? ` · tenant ${data.tenant}` : " · all tenants");
     statusLine.classList.remove("stale");
+    drawSource(data);
     root.dataset.generatedAt = data.generated_at;
   }
 
