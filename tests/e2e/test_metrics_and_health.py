@@ -147,6 +147,13 @@ def test_the_reaper_and_indexer_probes_answer_with_their_series(
     reaper = probe_metrics(reaper_port)
     assert value(reaper, "chrono_reaper_executions_lost_total") == 0
     assert value(reaper, "chrono_progress_age_seconds", process="reaper", loop="pass") < 5
+    # Its process keeps the dashboard's snapshot, and says what that costs.
+    assert wait_for(lambda: (value(probe_metrics(reaper_port),
+                                   "chrono_reaper_dashboard_snapshots_total") or 0) >= 1,
+                    timeout_s=30)
+    reaper = probe_metrics(reaper_port)
+    assert value(reaper, "chrono_reaper_dashboard_snapshot_seconds_total") > 0
+    assert value(reaper, "chrono_reaper_dashboard_snapshot_last_bytes") > 100
     # Healthy while it starts; active once it holds the stream's lock.
     assert wait_for(lambda: probe_health(indexer_port)[1]["checks"]["batches"]["active"],
                     timeout_s=30), probe_health(indexer_port)
