@@ -18,6 +18,7 @@ every ``dashboard_snapshot_interval_ms`` (:mod:`chronoadmin.dashboard_snapshot`)
 platform's answers are served from the snapshot as in production (``reaper: true``,
 ``platform_sources``: answers by ``source``, ``snapshot_age_s``: their snapshots' age); each
 such answer read the snapshot afresh (none came from the web's cache) and counts.
+``snapshot_cost``: the reaper's snapshots over the run, from its ``/metrics``.
 
 Prints ``latency_ms`` (client-side, all answers), ``platform_latency_ms`` and
 ``tenant_latency_ms``, ``requests``, and the load achieved (``load``: rate and lateness of the
@@ -360,6 +361,32 @@ def _start_web(platform, workers: int) -> int:
     return port
 
 
+def _snapshot_cost(port: int, since: float) -> dict[str, float]:
+    """What the reaper's snapshots cost it since it started (``since``, monotonic), from its
+    ``/metrics``: how many, their mean and last wall-clock time (waits for PostgreSQL, Redis
+    and RabbitMQ included: an upper bound of their CPU time), and the share of the time since
+    ``since`` they took."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    probe = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        probe.request("GET", "/metrics")
+        text = probe.getresponse().read().decode()
+    finally:
+        probe.close()
+    values = {sample.name: sample.value for family in text_string_to_metric_families(text)
+              for sample in family.samples}
+    written = values.get("chrono_reaper_dashboard_snapshots_total", 0)
+    seconds = values.get("chrono_reaper_dashboard_snapshot_seconds_total", 0.0)
+    return {"snapshots": int(written),
+            "mean_ms": round(1000 * seconds / written, 1) if written else None,
+            "last_ms": round(1000 * values.get("chrono_reaper_dashboard_snapshot_last_seconds",
+                                               0.0), 1),
+            "last_bytes": int(values.get("chrono_reaper_dashboard_snapshot_last_bytes", 0)),
+            "failures": int(values.get("chrono_reaper_dashboard_snapshot_failures_total", 0)),
+            "busy_share": round(seconds / (time.monotonic() - since), 4)}
+
+
 def _summary_s(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
@@ -387,7 +414,8 @@ def run(argv: list[str]) -> dict[str, object]:
 
             platform.start_beat("bench-beat-0")
             platform.start_worker(args.worker_concurrency, "threads")
-            platform.start_reaper()
+            reaper_port, reaper_since = free_port(), time.monotonic()
+            platform.start_reaper(metrics_port=reaper_port)
             port = _start_web(platform, args.web_workers)
             client = DashboardClient(port, session_cookie(), ["platform", f"{TENANT_PREFIX}00"],
                                      DASHBOARD_CACHE_S)
@@ -400,6 +428,7 @@ def run(argv: list[str]) -> dict[str, object]:
             measured_from = ms_to_datetime(now_ms())
             client.run(args.duration)
             measured_to = ms_to_datetime(now_ms())
+            snapshot_cost = _snapshot_cost(reaper_port, reaper_since)
             load = lateness_report(platform.executions.filter(
                 scheduled_for__gte=measured_from, scheduled_for__lt=measured_to),
                 with_start=True)
@@ -423,6 +452,7 @@ def run(argv: list[str]) -> dict[str, object]:
         "reaper": True,
         "platform_sources": client.sources["platform"],
         "snapshot_age_s": _summary_s(client.snapshot_ages_s),
+        "snapshot_cost": snapshot_cost,
         "errors": client.errors[:5],
         "load": {k: load[k] for k in ("rate_per_s", "start_lateness_ms", "dispatched",
                                       "started")},
