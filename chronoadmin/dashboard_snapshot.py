@@ -20,12 +20,12 @@ the queue panel's wait for RabbitMQ never delays reaping. Several reapers may ru
 interval the one whose ``SET NX PX`` of :data:`TURN_KEY` succeeds computes, the others skip
 their turn (counted); a reaper killed while computing leaves the turn to expire.
 
-Cost, bounded: the queries are the live view's, each under :data:`STATEMENT_TIMEOUT_MS`; after
-a computation that took ``d`` seconds the turn is held at least ``d * (1 / MAX_CPU_SHARE - 1)``,
-so the snapshot takes at most :data:`MAX_CPU_SHARE` of the time of the process computing it
-however slow the figures get (the view then falls back to live, saying so, once the snapshot
-ages past its bound). Every computation is logged at debug with its duration and size; the
-reaper's ``/metrics`` count them (:class:`SnapshotCollector`).
+Cost, bounded: the queries are the live view's, each under :data:`STATEMENT_TIMEOUT_MS`; the
+next computation starts ``max(interval, d / MAX_CPU_SHARE)`` after one that took ``d`` seconds
+started, so the snapshot takes at most :data:`MAX_CPU_SHARE` of the time of the process
+computing it however slow the figures get (the view then falls back to live, saying so, once
+the snapshot ages past its bound). Every computation is logged at debug with its duration and
+size; the reaper's ``/metrics`` count them (:class:`SnapshotCollector`).
 
 Reading (:func:`read_snapshot`): the view serves a snapshot younger than
 ``dashboard_snapshot_max_age_ms``; a missing, older or unreadable one is reported with the
@@ -94,8 +94,11 @@ def read_snapshot(client: RedisClient, *, now_ms: int, max_age_ms: int,
     if body is None:
         return Reading(None, None, "no snapshot: no reaper has written one in the last "
                                    f"{SNAPSHOT_TTL_MS // 1000} s (is `chrono reaper` running?)")
-    snapshot = orjson.loads(body)
-    age_ms = now_ms - snapshot["as_of_ms"]
+    try:
+        snapshot = orjson.loads(body)
+        age_ms = now_ms - snapshot["as_of_ms"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        return Reading(None, None, f"the snapshot in Redis is unreadable: {exc!r}")
     if age_ms > max_age_ms:
         return Reading(None, snapshot["as_of_ms"],
                        f"the snapshot is {age_ms / 1000:.1f} s old, older than "
@@ -169,7 +172,11 @@ class DashboardSnapshotter:
     def run_once(self) -> float:
         """Compute and write the snapshot if this is our turn; returns the seconds until the
         next try."""
-        if not self.client.set(TURN_KEY, self.owner, nx=True, px=self.interval_ms):
+        # Taken for as long as a computation may last (its statements' timeout), so that no
+        # other reaper starts one meanwhile; a reaper killed while computing delays the next
+        # snapshot by that much at most (the view serves live meanwhile, saying so).
+        if not self.client.set(TURN_KEY, self.owner, nx=True,
+                               px=self.interval_ms + STATEMENT_TIMEOUT_MS):
             self.counters.skipped += 1
             return self.interval_ms / 1000
         started = time.perf_counter()
@@ -183,9 +190,11 @@ class DashboardSnapshotter:
         data["tenant"] = None
         size = write_snapshot(self.client, data, as_of_ms=datetime_to_ms(now))
         took_s = time.perf_counter() - started
-        hold_ms = max(self.interval_ms, int(took_s * 1000 * (1 / MAX_CPU_SHARE - 1)))
-        if hold_ms > self.interval_ms:  # the other reapers wait for it too
-            self.client.set(TURN_KEY, self.owner, px=hold_ms)
+        # The next computation, here or in another reaper, starts an interval after this one
+        # started, or 1 / MAX_CPU_SHARE times its duration when that is longer.
+        hold_ms = max(1, int(max(self.interval_ms, took_s * 1000 / MAX_CPU_SHARE)
+                             - took_s * 1000))
+        self.client.set(TURN_KEY, self.owner, px=hold_ms)
         counters = self.counters
         counters.written += 1
         counters.seconds += took_s
