@@ -4,7 +4,11 @@ are :mod:`chronoadmin.health`.
 Platform staff see every tenant (the default) or one (``?tenant=<slug>``); tenant staff
 (:mod:`chronocore.staff`) see their own tenants only: without ``tenant`` their first, and
 another tenant's slug answers 404 as an unknown one does. The platform-wide panels (workers,
-timers, queues) are in the all-tenants view only."""
+timers, queues) are in the all-tenants view only.
+
+The all-tenants view is served from the snapshot a reaper computes every few seconds
+(:mod:`chronoadmin.dashboard_snapshot`), or computed here when it is missing or too old; every
+answer says which (``source``), and when its figures were computed (``as_of``, ``age_s``)."""
 
 from __future__ import annotations
 
