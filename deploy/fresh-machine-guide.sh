@@ -14,7 +14,7 @@ make -C /root/chrono-dev install >/dev/null 2>&1
 /root/chrono-dev/.venv/bin/chrono services up --no-progress 2>&1 | grep -E " is up |creating"
 
 stamp "step 1: the account and Python"
-apt-get install -y python3 python3-venv >/dev/null
+apt-get install -y python3 python3-venv curl >/dev/null
 useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin chrono
 
 stamp "step 2: the release and its virtualenv"
