@@ -12,6 +12,8 @@ apt-get install -y -q make python3 python3-venv >/dev/null
 mkdir -p /root/chrono-dev && tar -xzf "/root/chrono-$REV.tar.gz" -C /root/chrono-dev
 make -C /root/chrono-dev install >/dev/null 2>&1
 /root/chrono-dev/.venv/bin/chrono services up --no-progress 2>&1 | grep -E " is up |creating"
+# Debian's packages enable their own instances, which would take the same ports at the next boot.
+systemctl disable -q postgresql redis-server rabbitmq-server
 
 stamp "step 1: the account and Python"
 apt-get install -y python3 python3-venv curl >/dev/null
