@@ -261,6 +261,22 @@ def test_run_unit_applies_the_units_environment_specifiers_and_process_settings(
     assert refused.returncode != 0 and "is a template: give the instance" in refused.stderr
 
 
+def test_the_workers_and_the_indexer_may_write_the_execution_log_spool_under_protect_system(
+        tmp_path):
+    """ProtectSystem=strict makes every path read-only but the unit's StateDirectory=: on a
+    fresh host under systemd (docs/production.md, "On a fresh machine") the units without it
+    lost every execution's log lines ("Read-only file system"); run-unit, which does not
+    sandbox, had not shown it."""
+    spool = load_config({"CHRONO_CREDENTIALS_FILE": "/nonexistent/x"}).log_spool_path
+    directory = _units_with_env_dir(tmp_path, {})
+    for name in ("chrono-worker@.service", "chrono-indexer.service"):
+        unit = UNITS / name
+        assert values(unit, "Service", "ProtectSystem") == ["strict"]
+        assert [Path("/var/lib") / d for d in values(unit, "Service", "StateDirectory")] == [spool]
+        assert values(unit, "Service", "StateDirectoryMode") == ["0750"]  # execution logs
+        assert _dry_run(directory / name, "billing")["StateDirectory"] == "chrono/log-spool"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_run_unit_runs_the_deploy_step_migrate_then_collectstatic(tmp_path):
     from django.db import connection
