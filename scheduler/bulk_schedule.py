@@ -34,7 +34,7 @@ ITEM_ARGUMENTS = (
 _SCHEDULE_ARGUMENTS = ("delay", "at", "cron", "every")
 _ITEM_ARGUMENT_SET = frozenset(ITEM_ARGUMENTS)
 # The arguments of the common item, a one-time job by delay without options
-# (:func:`_plain_spec_item`).
+# (:func:`_plain_spec`).
 _PLAIN_ARGUMENT_SET = frozenset(("task_name", "name", "queue", "args", "kwargs", "delay",
                                  "idempotency_key"))
 
@@ -151,23 +151,23 @@ def _checked_item(item: object, limits: specs.Limits) -> tuple[specs.JobSpec, st
     if not isinstance(item, dict):
         raise InvalidJob(f"a job is a dict of schedule_once's or schedule_cron's arguments, got "
                          f"{type(item).__name__}", field=None)
-    spec_item = _plain_spec_item(item) if item.keys() <= _PLAIN_ARGUMENT_SET else None
-    if spec_item is None:
-        spec_item = _spec_item(item)
+    spec = _plain_spec(item, limits) if item.keys() <= _PLAIN_ARGUMENT_SET else None
+    spec_item = _spec_item(item) if spec is None else None  # its conversion's error first
     key = item.get("idempotency_key")
     if problem := specs.idempotency_key_problem(key):
         raise InvalidJob(specs.python_message("idempotency_key", problem),
                          field="idempotency_key")
-    return specs.parse_job_spec(spec_item, limits), key
+    return spec or specs.parse_job_spec(spec_item, limits), key
 
 
-def _plain_spec_item(item: dict) -> dict[str, object] | None:
-    """The spec item :func:`_spec_item` makes of a one-time job by ``delay`` in seconds with no
-    options and a payload of JSON's own types (a list of args, a dict of kwargs), in a few dict
-    operations; None for any other item, which takes the general way (and gets its errors
-    worded there). The general conversion of such an item costs more than the spec's own
-    validation of it, and the REST bulk path's items, which arrive in the spec's shape, pay
-    nothing of the kind (a test holds the two conversions to the same result)."""
+def _plain_spec(item: dict, limits: specs.Limits) -> specs.JobSpec | None:
+    """The spec of a one-time job by ``delay`` in seconds with no options and a payload of
+    JSON's own types (a list of args, a dict of kwargs), by the REST bulk path's own check of
+    its plain item (:func:`scheduler.specs.plain_fields_spec`) with no spec item made; None for
+    any other item, which takes the general way (and gets its errors worded there). The
+    general conversion of such an item costs more than the spec's own validation of it, and
+    the REST bulk path's items, which arrive in the spec's shape, pay nothing of the kind (a
+    test holds the two ways to the same result)."""
     delay = item.get("delay")
     # type(), not isinstance: a bool (an int) is refused by the general way, as is a float
     # whose milliseconds are not finite.
@@ -177,20 +177,10 @@ def _plain_spec_item(item: dict) -> dict[str, object] | None:
         delay_ms = round(delay * 1000)
     else:
         return None
-    args, kwargs = item.get("args", []), item.get("kwargs", {})
-    if type(args) is not list or type(kwargs) is not dict:
-        return None
-    args, kwargs = python_args.plain_json_copy(args), python_args.plain_json_copy(kwargs)
-    if args is None or kwargs is None:
-        return None
-    spec_item = {"delay_ms": delay_ms, "args": args, "kwargs": kwargs}
-    if "task_name" in item:
-        spec_item["job_type"] = item["task_name"]
-    if "name" in item:
-        spec_item["name"] = item["name"]
-    if "queue" in item:
-        spec_item["queue"] = item["queue"]
-    return spec_item
+    get = item.get
+    return specs.plain_fields_spec(get("task_name"), get("name", ""),
+                                   get("queue", limits.default_queue), delay_ms,
+                                   get("args", []), get("kwargs", {}), limits, from_python=True)
 
 
 def _spec_item(item: dict) -> dict[str, object]:
