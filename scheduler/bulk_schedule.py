@@ -1,14 +1,15 @@
 """Many jobs at once from Python: one-time and cron jobs, each with its own arguments,
 idempotency key and options, written by the job writer's COPY mode (the REST bulk path's).
 
-``api.schedule_many`` (re-exported by :mod:`scheduler.api`) takes a list of dicts, each holding
-the keyword arguments :func:`scheduler.api.schedule_once` or :func:`scheduler.api.schedule_cron`
-take (``task_name`` among them; ``cron`` makes a cron job). Each item is converted
-(:mod:`scheduler.python_args`) and checked by the one validator (:mod:`scheduler.specs`) and
-its task's grant, and refused alone: what one item gets wrong is reported for its index, the
-others are written, in one transaction, by :func:`scheduler.job_writer.copy_keyed`, and their
-timers added to Redis when it commits. No ORM object is made per job, which is what lets it run
-at the bulk path's rate.
+``api.schedule_many`` (re-exported by :mod:`scheduler.api`) takes a list of dicts, each holding the
+keyword arguments :func:`scheduler.api.schedule_once`, :func:`scheduler.api.schedule_cron` or
+:func:`scheduler.api.schedule_interval` take (``task_name`` among them; ``cron`` makes a cron job,
+``every`` an interval job). Each item is converted (:mod:`scheduler.python_args`), checked by the
+one validator (:mod:`scheduler.specs`) and by the REST bulk path's per-item checks
+(:class:`scheduler.job_writer.ItemChecks`: its task's grant, its calendars), and refused alone: what
+one item gets wrong is reported for its index, the others are written, in one transaction, by
+:func:`scheduler.job_writer.copy_keyed`, and their timers added to Redis when it commits. No ORM
+object is made per job, which is what lets it run at the bulk path's rate.
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from dataclasses import dataclass, field
 from scheduler import job_writer, python_args, specs
 from scheduler.errors import InvalidJob, SpecInvalid
 
-# The keys an item may hold: schedule_once's and schedule_cron's keyword arguments (but the
-# deprecated max_retries, which this newer call never took).
+# The keys an item may hold: schedule_once's, schedule_cron's and schedule_interval's keyword
+# arguments (but the deprecated max_retries, which this newer call never took).
 ITEM_ARGUMENTS = (
-    "task_name", "delay", "at", "cron", "timezone", "args", "kwargs", "queue", "name",
-    "idempotency_key", "retry", "soft_timeout_ms", "hard_timeout_ms", "misfire", "jitter_ms",
-    "overlap",
+    "task_name", "delay", "at", "cron", "every", "anchor", "timezone", "args", "kwargs",
+    "queue", "name", "idempotency_key", "retry", "soft_timeout_ms", "hard_timeout_ms",
+    "misfire", "jitter_ms", "overlap", "calendars",
 )  # fmt: skip
+# The schedule arguments, of which an item gives exactly one.
+_SCHEDULE_ARGUMENTS = ("delay", "at", "cron", "every")
 _ITEM_ARGUMENT_SET = frozenset(ITEM_ARGUMENTS)
 # The arguments of the common item, a one-time job by delay without options
-# (:func:`_plain_spec_item`).
+# (:func:`_plain_spec`).
 _PLAIN_ARGUMENT_SET = frozenset(("task_name", "name", "queue", "args", "kwargs", "delay",
                                  "idempotency_key"))
 
@@ -75,19 +78,21 @@ def schedule_many(
     defaults: Mapping[str, object] | None = None,
     by: str = "",
 ) -> ScheduledMany:
-    """Schedule every job of ``jobs``, each a dict of :func:`~scheduler.api.schedule_once`'s or
-    :func:`~scheduler.api.schedule_cron`'s keyword arguments (``task_name``; ``delay`` or
-    ``at``, or ``cron`` with ``timezone``; ``args``, ``kwargs``, ``queue``, ``name``,
-    ``idempotency_key``, ``retry``, the timeouts, ``misfire``; ``jitter_ms`` and ``overlap``
-    for cron jobs). ``defaults`` fills the keys an item leaves out (a common ``task_name`` or
-    ``queue``).
+    """Schedule every job of ``jobs``, each a dict of :func:`~scheduler.api.schedule_once`'s,
+    :func:`~scheduler.api.schedule_cron`'s or :func:`~scheduler.api.schedule_interval`'s
+    keyword arguments (``task_name``; ``delay`` or ``at``, or ``cron`` with ``timezone``, or
+    ``every`` with ``anchor``; ``args``, ``kwargs``, ``queue``, ``name``, ``idempotency_key``,
+    ``retry``, the timeouts, ``misfire``; ``jitter_ms``, ``overlap`` and ``calendars`` for cron
+    and interval jobs). ``defaults`` fills the keys an item leaves out (a common ``task_name``
+    or ``queue``).
 
-    Every item is held to the rules of the one-job calls, its task to the tenant's grants; a
-    refused item is reported in ``errors`` (its index, the argument, the message) and the
-    others are written in one transaction by COPY. An idempotency key already used by a job
-    of the tenant (or by an earlier item) gives that job's id and writes nothing, as
-    ``schedule_once`` returns the first job. Raises InvalidJob (field ``tenant``) for an
-    unknown or disabled tenant."""
+    Every item is held to the rules of the one-job calls, its task to the tenant's grants, its
+    calendars to the tenant's calendars (a name it has none of, or calendars that leave the job no
+    occurrence, refuse the item: field ``calendars``); a refused item is reported in ``errors`` (its
+    index, the argument, the message) and the others are written in one transaction by COPY. An
+    idempotency key already used by a job of the tenant (or by an earlier item) gives that job's id
+    and writes nothing, as ``schedule_once`` returns the first job. Raises InvalidJob (field
+    ``tenant``) for an unknown or disabled tenant."""
     tenant_id = _tenant_id(tenant)
     items = list(jobs)
     result = ScheduledMany(ids=[None] * len(items))
@@ -96,8 +101,7 @@ def schedule_many(
     valid: list[int] = []
     valid_specs: list[specs.JobSpec] = []
     keys: list[str | None] = []
-    # The grant of each task and queue, looked up once per call (most items share theirs).
-    refusals: dict[tuple[str, str], str | None] = {}
+    checks = job_writer.ItemChecks(tenant_id)
     job_writer.check_tenant_active(tenant_id)
     for index, item in enumerate(items):
         try:
@@ -109,11 +113,10 @@ def schedule_many(
         except InvalidJob as exc:
             result.errors.append(ItemError(index, exc.field, exc.message))
             continue
-        pair = (spec.job_type, spec.queue)
-        if pair not in refusals:
-            refusals[pair] = job_writer.grant_refusal(tenant_id, spec)
-        if refused := refusals[pair]:
-            result.errors.append(ItemError(index, "task_name", refused))
+        if refused := checks.refusal(spec):
+            spec_field, message = refused
+            result.errors.append(ItemError(
+                index, specs.PYTHON_ARGUMENTS.get(spec_field, spec_field), message))
             continue
         valid.append(index)
         valid_specs.append(spec)
@@ -148,23 +151,23 @@ def _checked_item(item: object, limits: specs.Limits) -> tuple[specs.JobSpec, st
     if not isinstance(item, dict):
         raise InvalidJob(f"a job is a dict of schedule_once's or schedule_cron's arguments, got "
                          f"{type(item).__name__}", field=None)
-    spec_item = _plain_spec_item(item) if item.keys() <= _PLAIN_ARGUMENT_SET else None
-    if spec_item is None:
-        spec_item = _spec_item(item)
+    spec = _plain_spec(item, limits) if item.keys() <= _PLAIN_ARGUMENT_SET else None
+    spec_item = _spec_item(item) if spec is None else None  # its conversion's error first
     key = item.get("idempotency_key")
     if problem := specs.idempotency_key_problem(key):
         raise InvalidJob(specs.python_message("idempotency_key", problem),
                          field="idempotency_key")
-    return specs.parse_job_spec(spec_item, limits), key
+    return spec or specs.parse_job_spec(spec_item, limits), key
 
 
-def _plain_spec_item(item: dict) -> dict[str, object] | None:
-    """The spec item :func:`_spec_item` makes of a one-time job by ``delay`` in seconds with no
-    options and a payload of JSON's own types (a list of args, a dict of kwargs), in a few dict
-    operations; None for any other item, which takes the general way (and gets its errors
-    worded there). The general conversion of such an item costs more than the spec's own
-    validation of it, and the REST bulk path's items, which arrive in the spec's shape, pay
-    nothing of the kind (a test holds the two conversions to the same result)."""
+def _plain_spec(item: dict, limits: specs.Limits) -> specs.JobSpec | None:
+    """The spec of a one-time job by ``delay`` in seconds with no options and a payload of
+    JSON's own types (a list of args, a dict of kwargs), by the REST bulk path's own check of
+    its plain item (:func:`scheduler.specs.plain_fields_spec`) with no spec item made; None for
+    any other item, which takes the general way (and gets its errors worded there). The
+    general conversion of such an item costs more than the spec's own validation of it, and
+    the REST bulk path's items, which arrive in the spec's shape, pay nothing of the kind (a
+    test holds the two ways to the same result)."""
     delay = item.get("delay")
     # type(), not isinstance: a bool (an int) is refused by the general way, as is a float
     # whose milliseconds are not finite.
@@ -174,20 +177,10 @@ def _plain_spec_item(item: dict) -> dict[str, object] | None:
         delay_ms = round(delay * 1000)
     else:
         return None
-    args, kwargs = item.get("args", []), item.get("kwargs", {})
-    if type(args) is not list or type(kwargs) is not dict:
-        return None
-    args, kwargs = python_args.plain_json_copy(args), python_args.plain_json_copy(kwargs)
-    if args is None or kwargs is None:
-        return None
-    spec_item = {"delay_ms": delay_ms, "args": args, "kwargs": kwargs}
-    if "task_name" in item:
-        spec_item["job_type"] = item["task_name"]
-    if "name" in item:
-        spec_item["name"] = item["name"]
-    if "queue" in item:
-        spec_item["queue"] = item["queue"]
-    return spec_item
+    get = item.get
+    return specs.plain_fields_spec(get("task_name"), get("name", ""),
+                                   get("queue", limits.default_queue), delay_ms,
+                                   get("args", []), get("kwargs", {}), limits, from_python=True)
 
 
 def _spec_item(item: dict) -> dict[str, object]:
@@ -204,12 +197,22 @@ def _spec_item(item: dict) -> dict[str, object]:
     if "overlap" in item:
         spec_item["overlap_policy"] = item["overlap"]
     spec_item |= python_args.payload(item.get("args"), item.get("kwargs"))
+    given = [key for key in _SCHEDULE_ARGUMENTS if key in item]
+    if len(given) > 1 and given[-1] in ("cron", "every"):
+        raise InvalidJob(f"give cron= for a cron job, every= for an interval job, or delay= or "
+                         f"at= for a one-time job, not {' and '.join(given)}",
+                         field=given[-1])
+    if "anchor" in item and "every" not in item:
+        raise InvalidJob("anchor= applies to interval jobs (every=) only; leave it out",
+                         field="anchor")
     if "cron" in item:
-        if "delay" in item or "at" in item:
-            raise InvalidJob("give cron= for a cron job, or delay= or at= for a one-time job, "
-                             "not both", field="cron")
         spec_item["cron_expression"] = item["cron"]
         spec_item["timezone"] = item.get("timezone", "UTC")
+    elif "every" in item:
+        spec_item["interval_ms"] = python_args.interval_ms_of(item["every"])
+        spec_item["timezone"] = item.get("timezone", "UTC")
+        if item.get("anchor") is not None:
+            spec_item["interval_anchor"] = item["anchor"]
     else:
         spec_item |= python_args.when(item.get("delay"), item.get("at"))
         if "timezone" in item:
@@ -217,6 +220,8 @@ def _spec_item(item: dict) -> dict[str, object]:
     spec_item |= python_args.execution_options(
         None, item.get("retry"), item.get("soft_timeout_ms"), item.get("hard_timeout_ms"),
         item.get("misfire"))
+    if "calendars" in item:
+        spec_item |= python_args.calendars(item["calendars"], given=True)
     return spec_item
 
 

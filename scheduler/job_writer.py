@@ -93,6 +93,35 @@ def grant_refusal(tenant_id: uuid.UUID | str, spec: JobSpec) -> str | None:
     return grants.refusal(tenant_id, spec.job_type, spec.queue)
 
 
+class ItemChecks:
+    """The checks of one bulk write's items beyond the spec's rules, each item refused alone:
+    its task's grant on its queue, then its calendars (names the tenant has, and a schedule
+    they leave some occurrence). The one per-item check of the REST bulk path and of
+    ``api.schedule_many``; each answer is kept for the call (most items share their task,
+    queue and calendars), so it costs a dict look-up per item."""
+
+    def __init__(self, tenant_id: uuid.UUID | str) -> None:
+        self.tenant_id = tenant_id
+        self._grants: dict[tuple[str, str], str | None] = {}
+        self._calendars: dict[tuple, str | None] = {}
+
+    def refusal(self, spec: JobSpec) -> tuple[str, str] | None:
+        """``(spec field, message)`` of why ``spec`` cannot be written for the tenant (field
+        ``job_type`` for the grant, ``calendars`` for its calendars); None when it can."""
+        pair = (spec.job_type, spec.queue)
+        if pair not in self._grants:
+            self._grants[pair] = grant_refusal(self.tenant_id, spec)
+        if refused := self._grants[pair]:
+            return "job_type", refused
+        if spec.calendars:
+            key = calendar_key(spec)
+            if key not in self._calendars:
+                self._calendars[key] = calendar_refusal(self.tenant_id, spec)
+            if refused := self._calendars[key]:
+                return "calendars", refused
+        return None
+
+
 def row_fields(spec: JobSpec) -> dict[str, object]:
     """The columns a spec sets, as the jobs table holds them (but ``next_run_at``, which waits
     for the job's id when there is jitter)."""

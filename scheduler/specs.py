@@ -56,6 +56,7 @@ from scheduler.inputs import (
     encode_payload,
     json_type,
     plain_payload,
+    plain_python_payload,
     printable,
     whole_number_problem,
 )
@@ -287,8 +288,17 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
     if type(item) is not dict or not item.keys() <= _PLAIN_FIELDS:
         return None
     get = item.get
-    job_type, name, queue = get("job_type"), get("name", ""), get("queue", limits.default_queue)
-    delay_ms, args, kwargs = get("delay_ms"), get("args", []), get("kwargs", {})
+    return plain_fields_spec(get("job_type"), get("name", ""), get("queue", limits.default_queue),
+                             get("delay_ms"), get("args", []), get("kwargs", {}), limits)
+
+
+def plain_fields_spec(job_type: object, name: object, queue: object, delay_ms: object,
+                      args: object, kwargs: object, limits: Limits, *,
+                      from_python: bool = False) -> JobSpec | None:
+    """:func:`_plain_spec` of the plain item's fields, given one by one: the REST bulk path's
+    and ``api.schedule_many``'s common item (``from_python``: its payload is copied as JSON
+    gives it back, :func:`scheduler.inputs.plain_python_payload`, and refused to the general
+    way unless that copy equals it)."""
     if not (type(job_type) is str and type(name) is str and type(queue) is str
             and type(delay_ms) is int and 0 <= delay_ms <= MAX_AHEAD_MS
             and type(args) is list and type(kwargs) is dict
@@ -298,10 +308,17 @@ def _plain_spec(item: object, limits: Limits) -> JobSpec | None:
             # most names the search.
             and (name.isprintable() or CONTROL_CHARACTER.search(name) is None)):
         return None
-    payload = plain_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
-    if payload is None:
-        return None
-    return JobSpec(job_type, name, queue, args, kwargs, payload[0].decode(), payload[1].decode(),
+    if from_python:
+        copied = plain_python_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
+        if copied is None:
+            return None
+        args, kwargs, args_json, kwargs_json = copied
+    else:
+        payload = plain_payload(args, kwargs, max_bytes=limits.max_payload_bytes)
+        if payload is None:
+            return None
+        args_json, kwargs_json = payload
+    return JobSpec(job_type, name, queue, args, kwargs, args_json.decode(), kwargs_json.decode(),
                    None, "UTC", limits.now_ms + delay_ms)
 
 

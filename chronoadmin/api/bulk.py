@@ -3,8 +3,9 @@ answer what became of each.
 
 This is the 50,000 jobs/s path, so it makes no ORM object and no serializer per item: items are
 checked by the one validator of job specs (:func:`scheduler.specs.parse_job_spec`, with its fast
-path for plain items), each item's grant is looked up (a refused item fails alone, field
-``job_type``), and the valid ones go to :func:`scheduler.job_writer.copy`: one PostgreSQL COPY for
+path for plain items), each item's grant and calendars are checked by
+:class:`scheduler.job_writer.ItemChecks` (a refused item fails alone, field ``job_type`` or
+``calendars``), and the valid ones go to :func:`scheduler.job_writer.copy`: one PostgreSQL COPY for
 the jobs and one per task name for their audit rows, then their timers in pipelined batches once
 the rows are committed.
 """
@@ -50,9 +51,7 @@ def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None =
     valid: list[int] = []
     specs: list[JobSpec] = []
     errors = result.errors
-    # The grant of each task and queue, looked up once per request (most items share theirs).
-    refusals: dict[tuple[str, str], str | None] = {}
-    calendar_refusals: dict[tuple, str | None] = {}  # by job_writer.calendar_key
+    checks = job_writer.ItemChecks(tenant_id) if tenant_id is not None else None
     for index, item in enumerate(items):
         if isinstance(item, MalformedLine):
             errors.append({"index": index, "field": NON_FIELD, "message": item.message})
@@ -64,20 +63,9 @@ def validate_items(items: list, limits: Limits, *, tenant_id: uuid.UUID | None =
                 for message in messages:
                     errors.append({"index": index, "field": field_name, "message": message})
             continue
-        if tenant_id is not None:
-            pair = (spec.job_type, spec.queue)
-            if pair not in refusals:
-                refusals[pair] = job_writer.grant_refusal(tenant_id, spec)
-            if refused := refusals[pair]:
-                errors.append({"index": index, "field": "job_type", "message": refused})
-                continue
-            if spec.calendars:
-                key = job_writer.calendar_key(spec)
-                if key not in calendar_refusals:
-                    calendar_refusals[key] = job_writer.calendar_refusal(tenant_id, spec)
-                if refused := calendar_refusals[key]:
-                    errors.append({"index": index, "field": "calendars", "message": refused})
-                    continue
+        if checks is not None and (refused := checks.refusal(spec)):
+            errors.append({"index": index, "field": refused[0], "message": refused[1]})
+            continue
         valid.append(index)
         specs.append(spec)
     return result, valid, specs

@@ -13,7 +13,7 @@ from scheduler import api, job_writer
 from scheduler.clock import datetime_to_ms
 from scheduler.errors import InvalidJob
 from scheduler.misfire import MisfirePolicy, MisfireRule
-from scheduler.models import Job
+from scheduler.models import Calendar, Job
 from scheduler.retry import RetryPolicy
 from scheduler.timers import timer_store
 from search.models import AuditEvent
@@ -34,15 +34,29 @@ BAD_ITEMS = [
      "JSON"),
     ({"task_name": "tests.noop", "delay": 60, "retries": 3}, "retries", "did you mean"),
     ({"task_name": "billing.charge", "delay": 60}, "task_name", "billing.charge"),
-    ({"task_name": "tests.noop", "cron": "* * * * *", "delay": 5}, "cron", "not both"),
+    ({"task_name": "tests.noop", "cron": "* * * * *", "delay": 5}, "cron", "not delay and cron"),
+    ({"task_name": "tests.noop", "every": 60, "cron": "* * * * *"}, "every",
+     "not cron and every"),
+    ({"task_name": "tests.noop", "every": "often"}, "every", "seconds or a timedelta"),
+    ({"task_name": "tests.noop", "every": 0.5}, "interval_ms", "second"),
+    ({"task_name": "tests.noop", "delay": 60, "anchor": datetime.now(UTC)}, "anchor",
+     "interval jobs"),
+    ({"task_name": "tests.noop", "cron": "0 9 * * *", "calendars": ["holidays"]}, "calendars",
+     "holidays"),
+    ({"task_name": "tests.noop", "every": 3_600, "calendars": "weekend"}, "calendars",
+     "list of calendar names"),
+    ({"task_name": "tests.noop", "cron": "0 9 * * SAT,SUN", "calendars": ["weekend"]},
+     "calendars", "never fire"),
+    ({"task_name": "tests.noop", "delay": 60, "calendars": ["weekend"]}, "calendars",
+     "cron and interval jobs only"),
     ({"task_name": "tests.noop", "delay": 60, "soft_timeout_ms": 5_000,
       "hard_timeout_ms": 1_000}, "soft_timeout_ms", "below hard_timeout_ms"),
 ]
 
 
 def good_item(i: int, now: datetime) -> dict:
-    """A valid item of one of four kinds, with its own payload."""
-    kind = i % 4
+    """A valid item of one of six kinds, with its own payload."""
+    kind = i % 6
     if kind == 0:
         return {"task_name": "tests.noop", "delay": 600 + i % 7, "args": [i],
                 "kwargs": {"n": i}}
@@ -55,14 +69,23 @@ def good_item(i: int, now: datetime) -> dict:
         return {"task_name": "tests.other", "cron": "*/5 * * * *", "timezone": "Europe/Paris",
                 "kwargs": {"i": i}, "jitter_ms": 1_000, "overlap": "allow",
                 "misfire": MisfireRule(MisfirePolicy.FIRE_ALL, 4), "queue": "reports"}
-    return {"task_name": "tests.noop", "cron": "0 9 * * 1", "args": [i],
-            "misfire": MisfirePolicy.SKIP}
+    if kind == 3:
+        return {"task_name": "tests.noop", "cron": "0 9 * * 1", "args": [i],
+                "misfire": MisfirePolicy.SKIP}
+    if kind == 4:
+        return {"task_name": "tests.noop", "every": timedelta(minutes=10), "args": [i],
+                "anchor": now - timedelta(seconds=i), "timezone": "Asia/Tokyo",
+                "calendars": ["weekend"], "jitter_ms": 500}
+    return {"task_name": "tests.noop", "cron": "0 9 * * *", "kwargs": {"i": i},
+            "calendars": ("weekend", "christmas"), "idempotency_key": f"cal-{i}"}
 
 
 def test_ten_thousand_mixed_jobs_with_per_item_errors(
     tenant, redis_client, django_capture_on_commit_callbacks
 ):
     grants.grant(tenant, "tests.*", "*")
+    Calendar.objects.create(tenant=tenant, name="weekend", rules=["* * SAT,SUN"])
+    Calendar.objects.create(tenant=tenant, name="christmas", rules=["25 DEC *"])
     now = datetime.now(UTC)
     items: list[dict] = []
     expected_errors: dict[int, tuple[str, str]] = {}
@@ -87,26 +110,35 @@ def test_ten_thousand_mixed_jobs_with_per_item_errors(
 
     jobs = {str(job.job_id): job for job in Job.objects.filter(tenant=tenant)}
     assert len(jobs) == 9_900 and set(jobs) == {i for i in result.ids if i is not None}
-    for i in (0, 1, 2, 3, 4, 5, 6, 7):
+    for i in range(12):
         job = jobs[result.ids[i]]
         item = items[i]
-        if i % 4 == 0:
+        if i % 6 == 0:
             assert (job.args, job.kwargs, job.cron_expression) == ([i], {"n": i}, None)
-        elif i % 4 == 1:
+        elif i % 6 == 1:
             assert (job.args, job.name, job.idempotency_key) == ([i, "at"], f"job {i}",
                                                                  f"key-{i}")
             assert datetime_to_ms(job.next_run_at) == datetime_to_ms(item["at"])
             assert (job.max_retries, job.soft_timeout_ms, job.hard_timeout_ms) == (2, 1_000,
                                                                                    2_000)
             assert job.retry_policy["max_attempts"] == 3
-        elif i % 4 == 2:
+        elif i % 6 == 2:
             assert (job.cron_expression, job.timezone, job.queue) == (
                 "*/5 * * * *", "Europe/Paris", "reports")
             assert (job.jitter_ms, job.overlap_policy, job.misfire_policy,
                     job.misfire_fire_all_limit) == (1_000, "allow", "fire_all", 4)
             assert job.kwargs == {"i": i}
-        else:
+        elif i % 6 == 3:
             assert (job.cron_expression, job.misfire_policy) == ("0 9 * * 1", "skip")
+        elif i % 6 == 4:
+            assert (job.cron_expression, job.interval_ms, job.timezone) == (
+                None, 600_000, "Asia/Tokyo")
+            assert datetime_to_ms(job.interval_anchor) == datetime_to_ms(item["anchor"])
+            assert (job.calendars, job.jitter_ms, job.args) == (["weekend"], 500, [i])
+        else:
+            assert (job.cron_expression, job.calendars, job.idempotency_key) == (
+                "0 9 * * *", ["weekend", "christmas"], f"cal-{i}")
+            assert job.next_run_at.weekday() < 5  # the weekend calendar skips Sat and Sun
     assert timer_store().pending_count() == 9_900
     sample = result.ids[2]
     assert timer_store().fire_time_of(sample) == datetime_to_ms(jobs[sample].next_run_at)

@@ -1,5 +1,5 @@
 """``schedule_many``'s items as specs (``scheduler.bulk_schedule``): the common item, a
-one-time job by ``delay`` without options, takes a short way (``_plain_spec_item``) that must
+one-time job by ``delay`` without options, takes a short way (``_plain_spec``) that must
 give what the general conversion gives, spec or errors, for every item."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_an_item_gets_the_same_spec_or_errors_as_by_the_general_conversion(item)
      "idempotency_key": "k-1"},
 ])
 def test_plain_items_take_the_short_way_with_the_general_spec(item):
-    assert bulk_schedule._plain_spec_item(item) is not None
+    assert bulk_schedule._plain_spec(item, LIMITS) is not None
     assert bulk_schedule._checked_item(item, LIMITS) == general(item)
 
 
@@ -88,7 +88,7 @@ def test_plain_items_take_the_short_way_with_the_general_spec(item):
     {"task_name": "a", "delay": 1, "args": [uuid.UUID(int=1)]},
 ])
 def test_items_the_short_way_cannot_vouch_for_take_the_general_one(item):
-    assert bulk_schedule._plain_spec_item(item) is None
+    assert bulk_schedule._plain_spec(item, LIMITS) is None
 
 
 def test_a_plain_item_never_takes_the_standard_librarys_json_round_trip(monkeypatch):
