@@ -41,7 +41,7 @@ from bench.peers_env import (
     default_venv,
     drop_peers_database,
     ensure_venv,
-    peers_database_url,
+    peer_env,
 )
 from bench.peers_report import Start, bytes_per_pending_job, markdown_table, summarize
 from bench.platform import BenchPlatform, bench_platform, use_bench_redis_db
@@ -137,7 +137,7 @@ def run(argv: list[str]) -> dict[str, object]:
     rows: list[dict[str, object]] = []
     try:
         group = process_group("peers-setup")
-        PeerProcesses(python, group, _peer_env()).run(["-m", "peers_setup", "migrate"],
+        PeerProcesses(python, group, peer_env()).run(["-m", "peers_setup", "migrate"],
                                                       timeout_s=120)
         for workload in workloads:
             for system in args.systems:
@@ -152,7 +152,7 @@ def run(argv: list[str]) -> dict[str, object]:
     (out_dir / "table.md").write_text(result["table"] + "\n")
     chart = out_dir / "lateness.png"
     group = process_group("peers-chart")
-    PeerProcesses(python, group, _peer_env()).run(
+    PeerProcesses(python, group, peer_env()).run(
         ["-m", "peers_setup", "chart", str(out_dir / "results.json"), str(chart)], timeout_s=120)
     return {**result, "out_dir": str(out_dir), "chart": str(chart)}
 
@@ -177,17 +177,11 @@ def _run_one(system: str, workload: Workload, python: Path,
     return {**row, **report, "run_s": round(time.monotonic() - started, 1)}
 
 
-def _peer_env(queue: str = "peers") -> dict[str, str]:
-    config = get_config()
-    return {"PEERS_BROKER_URL": config.broker_url, "PEERS_REDIS_URL": config.redis_url,
-            "PEERS_DATABASE_URL": peers_database_url(), "PEERS_QUEUE": queue}
-
-
 def _run_peer(system: str, workload: Workload, python: Path,
               args: argparse.Namespace) -> dict[str, object]:
     queue = new_queue(f"peers-{system}")
     group = process_group(f"peers-{system}")
-    peers = PeerProcesses(python, group, _peer_env(queue))
+    peers = PeerProcesses(python, group, peer_env(queue))
     try:
         worker = peers.worker(queue)
         wait_for_consumer(queue, worker)
@@ -251,7 +245,7 @@ def _run_chrono(workload: Workload, python: Path, args: argparse.Namespace, *,
             worker = platform.start_worker(2, "prefork")
             task_name = "chrono.noop"
         else:
-            worker = PeerProcesses(python, platform.group, _peer_env(platform.queue)).worker(
+            worker = PeerProcesses(python, platform.group, peer_env(platform.queue)).worker(
                 platform.queue, queue_type="quorum")
             wait_for_consumer(platform.queue, worker)
             task_name = "peers.record"

@@ -57,6 +57,14 @@ def ensure_venv(venv: Path) -> Path:
     return python
 
 
+def peer_env(queue: str = "peers") -> dict[str, str]:
+    """The ``PEERS_*`` settings of the peers' processes: this configuration's broker and
+    Redis, the peers' database, and ``queue``."""
+    config = get_config()
+    return {"PEERS_BROKER_URL": config.broker_url, "PEERS_REDIS_URL": config.redis_url,
+            "PEERS_DATABASE_URL": peers_database_url(), "PEERS_QUEUE": queue}
+
+
 def peers_database_url() -> str:
     parts = urlsplit(get_config().database_url)
     return urlunsplit(parts._replace(scheme="postgresql", path=f"/{PEERS_DATABASE}"))
@@ -116,10 +124,11 @@ class PeerProcesses:
             raise RuntimeError(f"peers {' '.join(argv)} failed:\n{tail}")
 
     def worker(self, queue: str, *, queue_type: str = "classic", concurrency: int = 2,
-               **env: str) -> ChronoProcess:
-        """The one worker kind of the benchmark: a plain Celery prefork worker."""
+               pool: str = "prefork", **env: str) -> ChronoProcess:
+        """A plain Celery worker of the peers' app: the peers benchmark's one worker kind
+        (prefork, concurrency 2), and ``chrono bench drain``'s plain worker."""
         return self.start("peers-worker", [
-            "-m", "celery", "-A", "peers_celery", "worker", "--pool", "prefork",
+            "-m", "celery", "-A", "peers_celery", "worker", "--pool", pool,
             "--concurrency", str(concurrency), "--queues", queue, "--hostname",
             f"peers@{queue}", "--without-gossip", "--without-mingle", "--without-heartbeat",
             "--loglevel", "WARNING"], PEERS_QUEUE=queue, PEERS_QUEUE_TYPE=queue_type, **env)

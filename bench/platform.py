@@ -93,16 +93,17 @@ class BenchPlatform:
                           what="starting")
         return reaper
 
-    def schedule_steady(self, jobs: int, rate: float, *, lead_ms: int = 3_000) -> int:
-        """``jobs`` one-time no-op jobs due evenly at ``rate`` per second; returns the first
-        fire time (epoch ms)."""
+    def schedule_steady(self, jobs: int, rate: float, *, lead_ms: int = 3_000,
+                        task: str = "chrono.noop", queue: str | None = None) -> int:
+        """``jobs`` one-time jobs of ``task`` (Chrono's no-op) due evenly at ``rate`` per
+        second, on ``queue`` (the platform's); returns the first fire time (epoch ms)."""
         start_ms = now_ms() + lead_ms + jobs // 10
         step_ms = 1_000.0 / rate
         for offset in range(0, jobs, 20_000):
             fire_times = [ms_to_datetime(start_ms + int(i * step_ms))
                           for i in range(offset, min(jobs, offset + 20_000))]
-            api.schedule_once_many("chrono.noop", tenant=self.tenant, fire_times=fire_times,
-                                   queue=self.queue)
+            api.schedule_once_many(task, tenant=self.tenant, fire_times=fire_times,
+                                   queue=queue or self.queue)
         return start_ms
 
 

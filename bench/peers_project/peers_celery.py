@@ -10,6 +10,12 @@ Environment: ``PEERS_BROKER_URL``, ``PEERS_REDIS_URL``, ``PEERS_QUEUE``, ``PEERS
 (``classic``, or ``quorum`` for a queue Chrono declared), ``PEERS_CRON_JOBS`` (entries of the
 in-config schedule Celery beat and RedBeat read: ``cron-0`` … every minute), ``PEERS_STAMP``
 (0: no publish stamp, for ETA tasks published long before they are due).
+
+``chrono bench drain`` runs this worker as the plain Celery worker it compares Chrono's with:
+its task ``peers.noop`` has the body of Chrono's ``chrono.noop``; ``PEERS_ACKS_LATE`` (1: acks
+after the task, a message whose worker died rejected back to the queue) and
+``PEERS_PREFETCH_MULTIPLIER`` give it the delivery settings of Chrono's worker, and
+``PEERS_DRAIN_STATS`` (a directory) makes :mod:`peers_drain` count what it drained.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ app.conf.update(
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
     redbeat_redis_url=os.environ.get("PEERS_REDIS_URL"),
+    task_acks_late=os.environ.get("PEERS_ACKS_LATE") == "1",
+    task_reject_on_worker_lost=os.environ.get("PEERS_ACKS_LATE") == "1",
+    worker_prefetch_multiplier=int(os.environ.get("PEERS_PREFETCH_MULTIPLIER", "4")),
     beat_schedule={
         f"cron-{i}": {"task": "peers.record", "schedule": crontab(),
                       "kwargs": {"key": f"cron-{i}"}}
@@ -93,3 +102,12 @@ def record(key=None, due_ms=None, **_):
         published = getattr(request, "chrono_published_ms", None)
     fields = (key or request.id, due_ms, published, started)
     _redis.rpush(STARTS_KEY, "|".join("" if f is None else str(f) for f in fields))
+
+
+@app.task(name="peers.noop")
+def noop(*args, **kwargs):
+    return None
+
+
+if os.environ.get("PEERS_DRAIN_STATS"):
+    import peers_drain  # noqa: F401 - connects its signal handlers
