@@ -50,3 +50,11 @@ def test_defaults_start_every_run_at_once():
     args = parse_args([])
     assert (args.stagger_ms, args.step_ms) == (0.0, 0.0)
     assert handoff_label(step_ms=args.step_ms, stagger_ms=args.stagger_ms) == "lockstep"
+
+
+def test_runs_are_started_by_at_least_one_thread(capsys):
+    assert parse_args([]).start_threads == 1
+    assert parse_args(["--start-threads", "8"]).start_threads == 8
+    with pytest.raises(SystemExit):
+        parse_args(["--start-threads", "0"])
+    assert "--start-threads: must be 1 or more" in capsys.readouterr().err
