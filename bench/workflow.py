@@ -8,7 +8,8 @@ steps end in the same millisecond and their successors queue behind each other, 
 of a handoff. ``--step-ms M`` makes the chain and diamond steps ``chrono.sleep`` for a time
 drawn for each step of each run between 0 and 2M ms (a seeded draw, passed in the run's input),
 as steps of real runs take: the runs drift apart and a handoff measures the engine, not a
-wave's queue. Reports:
+wave's queue. ``--stagger-ms S`` starts the chain and diamond runs one by one over S ms instead
+of at once (``--fanout 0`` starts no fan-out run). Reports:
 
 * ``rate_per_s``: steps finished per second, first start to last finish;
 * ``handoff_ms``: for every step with parents, its start minus its last parent's finish (the
@@ -19,6 +20,16 @@ wave's queue. Reports:
   (-> started);
 * ``fanout_dispatch_ms``: the fan-out's parent finished -> its last instance confirmed
   published;
+* ``handoff_label``: which handoff ``handoff_ms`` is: ``lockstep`` (runs started at once,
+  no-op steps: every step of a wave ends in the same millisecond), ``staggered`` (no-op steps,
+  starts spread) or ``drifting`` (``--step-ms``), with ``runs_in_flight`` (the chain and diamond
+  runs' mean number in flight, first start to last end: the sum of their durations over that
+  span) and ``cycle_bound_ms`` (Little's law: runs in flight / steps per second, the mean time
+  from one step's start to its successor's start that the throughput allows: with no-op steps
+  the handoff cannot be shorter, however the runs are started; reported with ``--fanout 0``),
+  and ``starts_took_ms`` (how long the bench took to start them, one ``start_run`` after
+  another, or from ``--start-threads`` threads: runs started "at once" that finish before the
+  last one starts are not in flight together);
 * ``runs``, ``steps``, ``lost`` (steps of runs that did not end in time), ``duplicates``
   (step jobs that fired more than once).
 """
@@ -30,7 +41,8 @@ import json
 import os
 import random
 import time
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Count
@@ -54,12 +66,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="mean duration of a chain or diamond step (0: chrono.noop)")
+    parser.add_argument("--stagger-ms", type=float, default=0.0,
+                        help="start the chain and diamond runs one by one over this many ms "
+                             "(0: at once)")
+    parser.add_argument("--start-threads", type=int, default=1,
+                        help="threads starting the runs (1: one start_run after another, "
+                             "as before; more bring the runs closer to all in flight at once)")
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--engine-process", action="store_true",
                         help="apply step ends in a `chrono workflow-engine` process of its own "
                              "instead of the worker's main process")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("chains", "diamonds", "fanout"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name}: must be 0 or more")
+    if args.start_threads < 1:
+        parser.error("--start-threads: must be 1 or more")
+    for name in ("step_ms", "stagger_ms"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')}: must be 0 or more")
+    return args
+
+
+def handoff_label(*, step_ms: float, stagger_ms: float) -> str:
+    """Which handoff the run measures (see the module's docstring)."""
+    if step_ms > 0:
+        return "drifting"
+    return "staggered" if stagger_ms > 0 else "lockstep"
+
+
+def in_flight(spans: list[tuple[datetime, datetime]]) -> float | None:
+    """The mean number of runs in flight over ``spans`` (start, end): their summed durations
+    over the span from the first start to the last end."""
+    if not spans:
+        return None
+    window = max(end for _, end in spans) - min(start for start, _ in spans)
+    if window <= timedelta(0):
+        return None
+    return round(sum(((end - start) for start, end in spans), timedelta(0)) / window, 1)
+
+
+def cycle_bound_ms(runs_in_flight: float | None, rate_per_s: float | None) -> float | None:
+    """Little's law: with ``runs_in_flight`` runs each waiting on one step, at ``rate_per_s``
+    steps per second, a step's start follows its parent's start by this many ms on average."""
+    if not runs_in_flight or not rate_per_s:
+        return None
+    return round(1000 * runs_in_flight / rate_per_s, 1)
 
 
 def _noop(key: str, parents: list[str], **fields: object) -> dict[str, object]:
@@ -164,15 +217,38 @@ def run(argv: list[str]) -> dict[str, object]:
                                 for key in keys}}
 
         chain_keys = [f"s{i}" for i in range(CHAIN_LENGTH)]
+        plan = ([("bench-chain", chain_keys)] * args.chains
+                + [("bench-diamond", ["a", "b", "c", "d"])] * args.diamonds)
+        gap_s = args.stagger_ms / 1000 / len(plan) if plan else 0.0
+        inputs = [run_input(keys) for _, keys in plan]  # drawn in order, whatever the threads
+        started_at: list[WorkflowRun | None] = [None] * len(plan)
+
+        def start_share(share: int) -> None:
+            # One thread's share of the runs, in their planned order; its own connection.
+            try:
+                for i in range(share, len(plan), args.start_threads):
+                    time.sleep(max(0.0, started + i * gap_s - time.monotonic()))
+                    started_at[i] = engine.start_run(plan[i][0], tenant=platform.tenant,
+                                                     queue=platform.queue, run_input=inputs[i])
+            finally:
+                connection.close()
+
         started = time.monotonic()
-        runs = [engine.start_run("bench-chain", tenant=platform.tenant, queue=platform.queue,
-                                 run_input=run_input(chain_keys))
-                for _ in range(args.chains)]
-        runs += [engine.start_run("bench-diamond", tenant=platform.tenant, queue=platform.queue,
-                                  run_input=run_input(["a", "b", "c", "d"]))
-                 for _ in range(args.diamonds)]
-        fan = engine.start_run("bench-fanout", tenant=platform.tenant, queue=platform.queue)
-        runs.append(fan)
+        if args.start_threads == 1:
+            for i, (name, _) in enumerate(plan):
+                time.sleep(max(0.0, started + i * gap_s - time.monotonic()))
+                started_at[i] = engine.start_run(name, tenant=platform.tenant,
+                                                 queue=platform.queue, run_input=inputs[i])
+        else:
+            with ThreadPoolExecutor(args.start_threads) as pool:
+                list(pool.map(start_share, range(args.start_threads)))
+        runs = [r for r in started_at if r is not None]
+        small_run_ids = [r.run_id for r in runs]
+        starts_s = time.monotonic() - started  # "at once" is one start_run after another
+        fan = None
+        if args.fanout:
+            fan = engine.start_run("bench-fanout", tenant=platform.tenant, queue=platform.queue)
+            runs.append(fan)
         run_ids = [r.run_id for r in runs]
         finished = WorkflowRun.objects.filter(run_id__in=run_ids, finished_at__isnull=False)
         done = wait_until(lambda: finished.count() == len(runs), timeout_s=args.timeout,
@@ -198,13 +274,22 @@ def run(argv: list[str]) -> dict[str, object]:
                 "JOIN chrono_execution e ON e.job_id = t.job_id WHERE t.run_id = ANY(%s) "
                 "GROUP BY e.job_id HAVING count(*) > 1) d", [run_ids])
             duplicates = cursor.fetchone()[0]
-            cursor.execute(_FANOUT_SQL, [fan.run_id, fan.run_id])
-            fanout_span, fanout_written, fanout_first = cursor.fetchone()
+            fanout_span = fanout_written = fanout_first = None
+            if fan is not None:
+                cursor.execute(_FANOUT_SQL, [fan.run_id, fan.run_id])
+                fanout_span, fanout_written, fanout_first = cursor.fetchone()
+        spans = list(WorkflowRun.objects.filter(run_id__in=small_run_ids,
+                                                started_at__isnull=False,
+                                                finished_at__isnull=False)
+                     .values_list("started_at", "finished_at"))
         statuses = dict(WorkflowRun.objects.filter(run_id__in=run_ids).values_list("status")
                         .annotate(n=Count("run_id")).order_by())
-        expected = args.chains * CHAIN_LENGTH + args.diamonds * 4 + args.fanout + 2
+        expected = (args.chains * CHAIN_LENGTH + args.diamonds * 4
+                    + (args.fanout + 2 if args.fanout else 0))
         WorkflowRun.objects.filter(tenant=platform.tenant).delete()
     seconds = (last - first).total_seconds() if first and last else 0
+    rate = round((steps - unfinished) / seconds, 1) if seconds > 0 else None
+    runs_in_flight = in_flight(spans)
     return {
         "bench": "workflow",
         "worker": f"{args.pool} x{args.concurrency}",
@@ -213,10 +298,18 @@ def run(argv: list[str]) -> dict[str, object]:
         "runs_by_status": statuses,
         "steps": steps,
         "steps_expected": expected,
-        "rate_per_s": round((steps - unfinished) / seconds, 1) if seconds > 0 else None,
+        "rate_per_s": rate,
+        "handoff_label": handoff_label(step_ms=args.step_ms, stagger_ms=args.stagger_ms),
         "handoff_ms": summarize_ms(handoffs),
+        "runs_in_flight": runs_in_flight,
+        # rate_per_s counts the fan-out's steps too: the bound is the chains' and diamonds' alone
+        # only without one.
+        "cycle_bound_ms": None if fan is not None else cycle_bound_ms(runs_in_flight, rate),
         "handoff_stages_ms": stages,
         "step_ms": args.step_ms,
+        "stagger_ms": args.stagger_ms,
+        "starts_took_ms": round(starts_s * 1000, 1),
+        "start_threads": args.start_threads,
         "fanout": args.fanout,
         "fanout_dispatch_ms": _ms_of(fanout_span),
         "fanout_stages_ms": {"jobs_written": _ms_of(fanout_written),
