@@ -10,24 +10,50 @@ table, drop). The issue's bound is a day dropped in at most 1 s (a day holds 100
 brief's rate: ``--rows 100000000`` needs tens of GB of disk).
 
 Prints ``drop_ms`` and ``create_ms`` (p50/p95/p99/max over the repeats), ``rows_per_day`` and
-``setup_s``. Everything it created is dropped by the measurement itself.
+``setup_s``. Everything it created is dropped by the measurement itself. Also, over the repeats:
+``phases_ms``, each step of the drop (:data:`scheduler.partitions.DROP_PHASES`: the checks, the
+detach, the checks on the detached table, the ``DROP``, the commit where PostgreSQL removes the
+files after releasing its locks), ``locked_ms`` (the detach, the locked checks and the drop:
+how long the parent's exclusive lock was held), and ``writer_wait_ms``: the longest a statement
+on ``chrono_execution`` from another connection took while the day was dropped (a probe reading
+one row of today's partition every :data:`PROBE_INTERVAL_S`, as the beat's and the workers'
+statements would wait behind the lock).
+
+Filling a day of 10 M rows takes minutes (408 s in session 9) for a drop of about a second, so a
+filled day can be kept and copied: ``--keep`` creates and fills the days and leaves them (nothing
+is dropped; their rows belong to a tenant of their own, :data:`KEPT_TENANT`, which the platform's
+clean-up leaves alone), and ``--reuse`` drops a day that is already there as it is, filling
+only the days that are missing. A copy of the kept database costs seconds (PostgreSQL copies the
+files; no one may be connected to the template)::
+
+    DATABASE_URL=$FILLED chrono bench retention --rows 10000000 --repeat 1 --keep
+    psql -c 'CREATE DATABASE bench_copy TEMPLATE bench_filled STRATEGY FILE_COPY'
+    DATABASE_URL=$COPY chrono bench retention --rows 10000000 --repeat 1 --reuse
+
+A reused day's rows are counted and printed (``reused_rows``); ``--rows`` is not checked
+against them.
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, connections
 
 from bench.ceilings import reports_ceilings
 from bench.common import summarize_ms
 from bench.platform import bench_platform
+from chronocore.models import Tenant
 from scheduler import partitions
 
 FIRST_DAY_BACK = 60
+KEPT_TENANT = "bench-retention-kept"
+PROBE_INTERVAL_S = 0.001
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -35,10 +61,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=1_000_000,
                         help="executions in each dropped day")
     parser.add_argument("--repeat", type=int, default=3, help="days created, filled and dropped")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--keep", action="store_true",
+                      help="create and fill the days, and leave them (drop nothing) for --reuse "
+                           "in this database or a copy of it")
+    mode.add_argument("--reuse", action="store_true",
+                      help="drop a day already there (of an earlier --keep) without refilling "
+                           "it; fill only the missing days")
     args = parser.parse_args(argv)
     if args.rows < 0 or args.repeat < 1:
         parser.error("--rows must be at least 0 and --repeat at least 1")
     return args
+
+
+def kept_tenant() -> Tenant:
+    """The tenant of the rows of ``--keep`` and ``--reuse`` (not the benchmark tenant, whose rows
+    the platform deletes before and after each run)."""
+    tenant, _ = Tenant.objects.get_or_create(slug=KEPT_TENANT,
+                                             defaults={"name": "Benchmarks (kept days)"})
+    return tenant
+
+
+def rows_of(day) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM "  # nosec B608 # a partition's name
+                       f"{connection.ops.quote_name(partitions.partition_name(day))}")
+        return int(cursor.fetchone()[0])
 
 
 def fill_day(day, rows: int, tenant_id: uuid.UUID) -> None:
@@ -67,29 +115,90 @@ def fill(start: datetime, end: datetime, rows: int, tenant_id: uuid.UUID) -> Non
         cursor.execute("VACUUM (ANALYZE) chrono_execution")
 
 
+@contextmanager
+def writer_probe(waits_ms: list[float]):
+    """While the block runs, read one (absent) row of today from another connection every
+    :data:`PROBE_INTERVAL_S`; on exit, the slowest read's milliseconds are appended to
+    ``waits_ms``."""
+    stop = threading.Event()
+    ready = threading.Event()
+    slowest = [0.0]
+    errors: list[BaseException] = []
+
+    def probe() -> None:
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                now = datetime.now().astimezone()
+                query = ("SELECT 1 FROM chrono_execution WHERE execution_id = %s "
+                         "AND scheduled_for = %s")
+                cursor.execute(query, [uuid.uuid4(), now])
+                ready.set()
+                while not stop.is_set():
+                    started = time.perf_counter()
+                    cursor.execute(query, [uuid.uuid4(), now])
+                    slowest[0] = max(slowest[0], (time.perf_counter() - started) * 1000)
+                    stop.wait(PROBE_INTERVAL_S)
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+            ready.set()
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=probe, name="retention-writer-probe", daemon=True)
+    thread.start()
+    ready.wait(30)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+    if errors:
+        raise RuntimeError(f"the writer probe failed: {errors[0]}") from errors[0]
+    waits_ms.append(round(slowest[0], 1))
+
+
 @reports_ceilings()
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     today = partitions.today_utc()
     create_ms: list[float] = []
     drop_ms: list[float] = []
+    reused_rows: list[int] = []
+    phases: dict[str, list[float]] = {phase: [] for phase in partitions.DROP_PHASES}
+    locked_ms: list[float] = []
+    writer_wait_ms: list[float] = []
     setup_s = 0.0
     with bench_platform("retention") as platform:
+        tenant = kept_tenant() if args.keep or args.reuse else platform.tenant
         for n in range(args.repeat):
             day = today - timedelta(days=FIRST_DAY_BACK + n)
             if day in partitions.existing_days():
-                partitions.drop_day(day)
-            started = time.perf_counter()
-            partitions.create_day(day)
-            create_ms.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            fill_day(day, args.rows, platform.tenant.tenant_id)
-            setup_s += time.perf_counter() - started
-            started = time.perf_counter()
-            outcome = partitions.drop_day(day)
-            drop_ms.append((time.perf_counter() - started) * 1000)
+                if args.reuse:
+                    reused_rows.append(rows_of(day))
+                else:
+                    partitions.drop_day(day)
+            if day not in partitions.existing_days():
+                started = time.perf_counter()
+                partitions.create_day(day)
+                create_ms.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                fill_day(day, args.rows, tenant.tenant_id)
+                setup_s += time.perf_counter() - started
+            if args.keep:
+                continue
+            with writer_probe(writer_wait_ms):
+                started = time.perf_counter()
+                outcome = partitions.drop_day(day)
+                drop_ms.append((time.perf_counter() - started) * 1000)
             if not outcome.dropped:
                 raise RuntimeError(f"day {day} was kept: {outcome.kept_because}")
+            for phase, took in outcome.timings_ms.items():
+                phases[phase].append(took)
+            locked_ms.append(outcome.locked_ms)
     return {"bench": "retention", "rows_per_day": args.rows, "repeat": args.repeat,
-            "drop_ms": summarize_ms(drop_ms), "create_ms": summarize_ms(create_ms),
-            "setup_s": round(setup_s, 1)}
+            "kept": args.keep, "reused_rows": reused_rows,
+            "drop_ms": summarize_ms(drop_ms),
+            "phases_ms": {phase: summarize_ms(took) for phase, took in phases.items()},
+            "locked_ms": summarize_ms(locked_ms), "writer_wait_ms": summarize_ms(writer_wait_ms),
+            "create_ms": summarize_ms(create_ms), "setup_s": round(setup_s, 1)}

@@ -12,7 +12,9 @@ SHARE UPDATE EXCLUSIVE lock on the parent, so the beat and the workers go on wri
 partition is locked while it is checked for rows of that day, which are moved first). A day is
 taken away by ``DETACH PARTITION``, which holds the parent's ACCESS EXCLUSIVE lock for the
 milliseconds of the detach, the checks on the detached table and the ``DROP`` (``DETACH …
-CONCURRENTLY`` is refused while a default partition exists). Both wait at most
+CONCURRENTLY`` is refused while a default partition exists); the table's files are removed at
+the commit, after PostgreSQL released the locks (the one step whose time grows with the day's
+size: the file system frees every block; :func:`drop_day` times each step). Both wait at most
 :data:`LOCK_TIMEOUT_MS` for their locks, so a long query never has every writer queue behind
 the retention pass: the pass fails that day and tries again at its next run.
 """
@@ -20,7 +22,8 @@ the retention pass: the pass fails that day and tries again at its next run.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -41,7 +44,10 @@ _FINISHED = ", ".join(f"'{status}'" for status in FINISHED_EXECUTION_STATUSES)
 # is an index probe, never a scan of the day: the unfinished executions are those of the partial
 # indexes execution_job_active_idx (SCHEDULED, DISPATCHED, RUNNING) and execution_retry_wait_idx
 # (RETRY_WAIT; LOST is never written any more), the unshipped audit rows those of
-# auditevent_unshipped_idx, and the workflow ends are a small table the engine empties.
+# auditevent_unshipped_idx, and the workflow ends are a small table the engine empties. Each
+# unshipped audit row and each workflow end costs one probe of the day's primary key, so those
+# two grow with the outbox's backlog (~7 µs a row: 0.7 s for 100,000 unshipped rows against a
+# day of 10 M), never with the day.
 _KEEP_CHECKS: tuple[tuple[str, str], ...] = (
     ("executions not finished",
      "SELECT EXISTS (SELECT 1 FROM {executions} WHERE status IN "
@@ -181,12 +187,29 @@ def _name_indexes(cursor: Any, table: str) -> None:
 
 @dataclass(frozen=True)
 class DropOutcome:
-    """What became of an expired day: dropped, or kept for ``kept_because``."""
+    """What became of an expired day: dropped, or kept for ``kept_because``; ``timings_ms``,
+    how long each step of :func:`drop_day` took (those it ran, by :data:`DROP_PHASES`)."""
 
     day: date
     dropped: bool
     kept_because: str | None = None
     estimated_rows: int = 0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def locked_ms(self) -> float:
+        """How long the parent's exclusive lock was held (the detach, the checks on the detached
+        table and the drop): what the beat's and the workers' statements waited at most."""
+        return sum(self.timings_ms.get(phase, 0.0) for phase in LOCKED_PHASES)
+
+
+# The steps of drop_day, in order. "checks": keep_reason without the lock; "detach": the lock
+# waited for and the DETACH; "locked_checks": keep_reason on the detached table; "drop": the
+# DROP TABLE statement; "commit": the commit, where PostgreSQL removes the table's files, after
+# it released the locks (their removal is the only step that grows with the day's size: the
+# file system frees every block; docs/architecture.md, "Executions partitioned by day").
+DROP_PHASES = ("checks", "detach", "locked_checks", "drop", "commit")
+LOCKED_PHASES = ("detach", "locked_checks", "drop")
 
 
 def drop_day(day: date, *, dry_run: bool = False) -> DropOutcome:
@@ -197,24 +220,47 @@ def drop_day(day: date, *, dry_run: bool = False) -> DropOutcome:
     False and ``kept_because`` None for a day a pass would drop."""
     table = partition_name(day)
     estimated = rows_in(table)
+    timings: dict[str, float] = {}
+    clock = _PhaseClock(timings)
     # Checked first without the parent's exclusive lock, so a day that stays never takes it.
     reason = keep_reason(table)
+    clock.lap("checks")
     if dry_run or reason is not None:
-        return DropOutcome(day, dropped=False, kept_because=reason, estimated_rows=estimated)
+        return DropOutcome(day, dropped=False, kept_because=reason, estimated_rows=estimated,
+                           timings_ms=timings)
     name = connection.ops.quote_name(table)
     with transaction.atomic(), connection.cursor() as cursor:
         _lock_timeout(cursor)
         # The tenant foreign key is checked at commit: a row written in the caller's
         # transaction leaves a pending check that DROP refuses to outlive; run them now.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        clock.lap(None)
         cursor.execute(f"ALTER TABLE {PARENT} DETACH PARTITION {name}")
+        clock.lap("detach")
         reason = keep_reason(table)
+        clock.lap("locked_checks")
         if reason is not None:
             transaction.set_rollback(True)  # attached again, as it was
             return DropOutcome(day, dropped=False, kept_because=reason,
-                               estimated_rows=estimated)
+                               estimated_rows=estimated, timings_ms=timings)
         cursor.execute(f"DROP TABLE {name}")
-    return DropOutcome(day, dropped=True, estimated_rows=estimated)
+        clock.lap("drop")
+    clock.lap("commit")
+    return DropOutcome(day, dropped=True, estimated_rows=estimated, timings_ms=timings)
+
+
+class _PhaseClock:
+    """Milliseconds since the previous lap, stored under each lap's name (None: not stored)."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+        self.last = time.perf_counter()
+
+    def lap(self, phase: str | None) -> None:
+        now = time.perf_counter()
+        if phase is not None:
+            self.into[phase] = round((now - self.last) * 1000, 2)
+        self.last = now
 
 
 def delete_expired_default_rows(before: datetime, *, dry_run: bool = False,

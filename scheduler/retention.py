@@ -68,7 +68,7 @@ class RetentionReport:
         if self.moved_from_default:
             out.append(f"moved {self.moved_from_default} rows from the default partition")
         out += [f"{verb}drop partition {partitions.partition_name(o.day)} "
-                f"(~{max(o.estimated_rows, 0)} rows)" for o in self.dropped]
+                f"(~{max(o.estimated_rows, 0)} rows{_took(o)})" for o in self.dropped]
         out += [f"keep partition {partitions.partition_name(o.day)}: {o.kept_because}"
                 for o in self.kept]
         out += [f"failed on partition {partitions.partition_name(day)}: {error}"
@@ -86,6 +86,15 @@ class RetentionReport:
         data["kept"] = {partitions.partition_name(o.day): o.kept_because for o in self.kept}
         data["failed"] = {partitions.partition_name(d): e for d, e in self.failed.items()}
         return data
+
+
+def _took(outcome: DropOutcome) -> str:
+    """``, 672 ms, 9 ms of them under the table's lock`` for a day dropped (the rest: its checks
+    before the lock, and its files removed after)."""
+    if not outcome.dropped:
+        return ""
+    total = sum(outcome.timings_ms.values())
+    return f", {total:.0f} ms, {outcome.locked_ms:.0f} ms of them under the table's lock"
 
 
 def run_retention(config: ChronoConfig, *, dry_run: bool = False,

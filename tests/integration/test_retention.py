@@ -135,6 +135,31 @@ def test_an_expired_day_is_dropped_and_today_is_not_touched(job):
         assert cursor.fetchone() == (None,)  # dropped, not only detached
 
 
+def test_a_dropped_day_reports_how_long_each_step_and_the_lock_took(job):
+    """The detach, the checks on the detached table and the drop are what the parent's lock is
+    held for; the checks before and the commit (the files' removal) are not."""
+    old_day, kept_day = TODAY - timedelta(days=14), TODAY - timedelta(days=15)
+    partitions.create_day(old_day)
+    partitions.create_day(kept_day)
+    execution(job, old_day)
+    execution(job, kept_day, status="RUNNING")
+
+    report = run_retention(config(execution_retention_days=7))
+
+    (dropped,) = report.dropped
+    assert list(dropped.timings_ms) == list(partitions.DROP_PHASES)
+    assert all(took >= 0 for took in dropped.timings_ms.values())
+    assert dropped.locked_ms == pytest.approx(
+        sum(dropped.timings_ms[phase] for phase in ("detach", "locked_checks", "drop")))
+    assert dropped.locked_ms < sum(dropped.timings_ms.values())
+    (kept,) = report.kept
+    assert list(kept.timings_ms) == ["checks"]  # kept before the lock was taken
+    assert kept.locked_ms == 0
+    line = next(line for line in report.lines()
+                if line.startswith(f"drop partition {partitions.partition_name(old_day)}"))
+    assert f"{dropped.locked_ms:.0f} ms of them under the table's lock" in line
+
+
 def test_a_day_is_kept_while_an_audit_row_of_it_is_unshipped_or_an_execution_unfinished(job):
     unshipped_day, running_day = TODAY - timedelta(days=12), TODAY - timedelta(days=11)
     partitions.create_day(unshipped_day)
