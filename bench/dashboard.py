@@ -503,7 +503,7 @@ def _summary_s(values: list[float]) -> dict[str, float] | None:
 
 def _measure(args: argparse.Namespace, platform) -> tuple:
     """The load and the requests; the client, the snapshot's cost and the load achieved."""
-    from chronoadmin.dashboard import DASHBOARD_CACHE_S
+    from chronoadmin.dashboard import DASHBOARD_CACHE_MS
 
     platform.start_beat("bench-beat-0")
     platform.start_worker(args.worker_concurrency, "threads")
@@ -511,7 +511,7 @@ def _measure(args: argparse.Namespace, platform) -> tuple:
     platform.start_reaper(metrics_port=reaper_port)
     port = _start_web(platform, args.web_workers)
     client = DashboardClient(port, session_cookie(), ["platform", f"{TENANT_PREFIX}00"],
-                             DASHBOARD_CACHE_S)
+                             DASHBOARD_CACHE_MS / 1000)
     total_s = args.warmup + args.duration
     first_ms = platform.schedule_steady(int(args.rate * (total_s + 2)), args.rate,
                                         lead_ms=2_000)

@@ -7,15 +7,21 @@ another tenant's slug answers 404 as an unknown one does. The platform-wide pane
 timers, queues) are in the all-tenants view only.
 
 The all-tenants view is served from the snapshot a reaper computes every few seconds
-(:mod:`chronoadmin.dashboard_snapshot`), or computed here when it is missing or too old; every
-answer says which (``source``), and when its figures were computed (``as_of``, ``age_s``)."""
+(:mod:`chronoadmin.dashboard_snapshot`), or computed here when it is missing or too old; a
+tenant's is computed here, on demand. Figures computed here are kept in Redis for
+:data:`DASHBOARD_CACHE_MS` under their tenant's id (:func:`live_key`), shared by every web
+process, so however many pages poll one tenant's view it is computed about once a
+``DASHBOARD_CACHE_MS``. Every answer says where its figures come from (``source``) and when they
+were computed (``as_of``, ``age_s``)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
+import orjson
+import redis
 from django.contrib import admin
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -31,10 +37,16 @@ from chronocore.redis_client import redis_client
 from chronocore.staff import scope_of
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 
-# The page polls this often while it is visible; the server computes the figures at most once
-# per DASHBOARD_CACHE_S for each tenant filter, however many pages poll.
+# The page polls this often while it is visible; the web processes compute the figures of a
+# view about once per DASHBOARD_CACHE_MS, however many pages poll (a page polling every 2 s
+# never gets the figures it got last time).
 DASHBOARD_REFRESH_MS = 2_000
-DASHBOARD_CACHE_S = 1
+DASHBOARD_CACHE_MS = 1_000
+# One hash tag with the reapers' snapshot (chronoadmin.dashboard_snapshot): the dashboard's
+# keys live on one node of a Redis Cluster.
+LIVE_KEY_PREFIX = "{chrono:dashboard}:live:"
+
+log = logging.getLogger("chrono.web.dashboard")
 TENANT_CHOICES = 500
 NO_TENANT = ("Your user is not a member of any tenant: platform staff add members "
              "(`chrono tenant-staff add`, or Tenant memberships in the admin).")
@@ -83,8 +95,8 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
     ``source`` ("snapshot" or "live"), ``as_of`` and ``age_s``.
 
     The whole platform's come from the reapers' snapshot (:func:`platform_data`); a tenant's
-    are computed here (:func:`live_data`: at most once per ``DASHBOARD_CACHE_S`` per tenant
-    filter and process, however many browsers poll it). A tenant's staff never get the
+    are computed here (:func:`live_data`: about once per ``DASHBOARD_CACHE_MS`` per tenant,
+    however many browsers poll it). A tenant's staff never get the
     platform's: :func:`tenant_in_view` always gives them one of their tenants."""
     slug = request.GET.get("tenant", "").strip()
     try:
@@ -98,18 +110,37 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse(live_data(str(tenant.tenant_id), tenant.slug))
 
 
+def live_key(tenant_id: str | None) -> str:
+    """The Redis key of the figures computed here for ``tenant_id`` (None: the platform's):
+    its id, never a slug from the request, so a tenant's figures are only ever found under
+    the id of the tenant :func:`tenant_in_view` gave."""
+    return LIVE_KEY_PREFIX + (tenant_id or "platform")
+
+
 def live_data(tenant_id: str | None, slug: str = "") -> dict:
-    """The figures computed here (``tenant_id`` None: the whole platform), at most once per
-    ``DASHBOARD_CACHE_S`` per tenant filter and process, marked ``source: "live"``."""
-    key = f"chrono-dashboard:{tenant_id or '*'}"
-    data = cache.get(key)
-    if data is None:
+    """The figures computed here (``tenant_id`` None: the whole platform), marked ``source:
+    "live"``: those another request computed in the last ``DASHBOARD_CACHE_MS`` (kept in
+    Redis, for every web process), else computed now. Redis failing costs the sharing, never
+    the answer."""
+    client = redis_client()
+    key = live_key(tenant_id)
+    try:
+        body = client.get(key)
+    except redis.RedisError as exc:
+        log.warning("dashboard figures not read from Redis, computed: %r", exc)
+        body = None
+    if body is not None:
+        data = orjson.loads(body)
+    else:
         data = dashboard_data(
             tenant_id=tenant_id,
             heartbeat_interval_s=get_config().worker_heartbeat_interval_ms / 1000,
         )
         data["tenant"] = slug or None
-        cache.set(key, data, DASHBOARD_CACHE_S)
+        try:
+            client.set(key, orjson.dumps(data), px=DASHBOARD_CACHE_MS)
+        except redis.RedisError as exc:  # the next request computes them again
+            log.warning("dashboard figures not kept in Redis: %r", exc)
     return _dated(data, source="live", as_of=datetime.fromisoformat(data["generated_at"]))
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.core.cache import cache
 
 from chronoadmin.dashboard_data import dashboard_data
 from scheduler import rollups
@@ -87,8 +86,8 @@ def test_a_tenant_view_holds_only_that_tenants_counts(tenant, other_tenant):
     assert data["workers"] == [] and data["timers_pending"] is None
 
 
-def test_the_data_endpoint_is_for_staff_and_filters_by_tenant_slug(client, admin_client, tenant):
-    cache.clear()
+def test_the_data_endpoint_is_for_staff_and_filters_by_tenant_slug(client, admin_client, tenant,
+                                                                   redis_client):
     assert client.get("/admin/dashboard/data/").status_code == 302  # to the login page
     _counted(str(tenant.tenant_id), datetime.now(UTC), n=2)
     answer = admin_client.get("/admin/dashboard/data/?tenant=acme")

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.test import Client
 
 from chronoadmin.dashboard_snapshot import (
@@ -66,7 +65,6 @@ def test_the_reaper_writes_the_snapshot_and_the_view_serves_it_with_its_time(
     while redis_client.get(SNAPSHOT_KEY) is None:
         assert time.monotonic() < deadline, "no snapshot written by the reaper within 30 s"
         time.sleep(0.1)
-    cache.clear()
     client = _platform_client()
     answer = client.get("/admin/dashboard/data/").json()
     assert answer["source"] == "snapshot"
@@ -96,7 +94,6 @@ def test_the_view_serves_a_fresh_snapshot_as_it_is(redis_client, tenant):
 def test_a_stale_snapshot_falls_back_to_live_and_says_why(redis_client, tenant,
                                                           chrono_config):
     chrono_config(dashboard_snapshot_max_age_ms=5_000)
-    cache.clear()
     _counted(tenant, 2)
     _snapshot_with_sentinel(redis_client, age_ms=6_000)
     answer = _platform_client().get("/admin/dashboard/data/").json()
@@ -108,7 +105,6 @@ def test_a_stale_snapshot_falls_back_to_live_and_says_why(redis_client, tenant,
 
 
 def test_a_missing_snapshot_falls_back_to_live_and_says_why(redis_client, tenant):
-    cache.clear()
     answer = _platform_client().get("/admin/dashboard/data/").json()
     assert answer["source"] == "live"
     assert answer["live_reason"].startswith("no snapshot")
@@ -116,7 +112,6 @@ def test_a_missing_snapshot_falls_back_to_live_and_says_why(redis_client, tenant
 
 
 def test_a_tenants_views_never_read_the_snapshot(redis_client, tenant, other_tenant):
-    cache.clear()
     _counted(tenant, 3)
     _snapshot_with_sentinel(redis_client, age_ms=0)
     user = User.objects.create_user("ann", password="x")
@@ -169,7 +164,6 @@ def test_a_slow_computation_holds_the_turn_longer(redis_client):
 
 
 def test_an_unreadable_snapshot_is_computed_live_and_says_why(redis_client, tenant):
-    cache.clear()
     redis_client.set(SNAPSHOT_KEY, b"{not json")
     answer = _platform_client().get("/admin/dashboard/data/").json()
     assert answer["source"] == "live"
@@ -178,7 +172,6 @@ def test_an_unreadable_snapshot_is_computed_live_and_says_why(redis_client, tena
 
 def test_the_snapshot_is_off_when_its_interval_is_zero(redis_client, tenant, chrono_config):
     chrono_config(dashboard_snapshot_interval_ms=0)
-    cache.clear()
     _snapshot_with_sentinel(redis_client, age_ms=0)
     answer = _platform_client().get("/admin/dashboard/data/").json()
     assert answer["source"] == "live"
