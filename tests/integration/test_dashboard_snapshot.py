@@ -51,7 +51,8 @@ def _snapshot_with_sentinel(redis_client, *, age_ms: int) -> int:
     write_snapshot(redis_client, {"generated_at": datetime.now(UTC).isoformat(),
                                   "window_minutes": 60, "series": [], "tasks": [],
                                   "top_failing": [], "jobs_by_status": {}, "workers": [],
-                                  "stuck": {"lease_expired": 0, "retry_overdue": 0},
+                                  "stuck": {"lease_expired": 0, "retry_overdue": 0,
+                                            "counted_up_to": 1000},
                                   "timers_pending": SENTINEL_TIMERS, "queues": None,
                                   "tenant": None}, as_of_ms=as_of_ms)
     return as_of_ms
