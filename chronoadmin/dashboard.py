@@ -6,9 +6,10 @@ Platform staff see every tenant (the default) or one (``?tenant=<slug>``); tenan
 another tenant's slug answers 404 as an unknown one does. The platform-wide panels (workers,
 timers, queues) are in the all-tenants view only.
 
-The all-tenants view is served from the snapshot a reaper computes every few seconds
-(:mod:`chronoadmin.dashboard_snapshot`), or computed here when it is missing or too old; a
-tenant's is computed here, on demand. Figures computed here are kept in Redis for
+Both views are served from the snapshots a reaper computes every few seconds
+(:mod:`chronoadmin.dashboard_snapshot`: the platform's, and those of the tenants viewed in the
+last minute, each under its tenant's id), or computed here when one is missing (a tenant's
+first view) or too old, saying why. Figures computed here are kept in Redis for
 :data:`DASHBOARD_CACHE_MS` under their tenant's id (:func:`live_key`), shared by every web
 process, so however many pages poll one tenant's view it is computed about once a
 ``DASHBOARD_CACHE_MS``. Every answer says where its figures come from (``source``) and when they
@@ -94,10 +95,11 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
     """The dashboard's figures as JSON, for the whole platform or ``?tenant=<slug>``, with
     ``source`` ("snapshot" or "live"), ``as_of`` and ``age_s``.
 
-    The whole platform's come from the reapers' snapshot (:func:`platform_data`); a tenant's
-    are computed here (:func:`live_data`: about once per ``DASHBOARD_CACHE_MS`` per tenant,
-    however many browsers poll it). A tenant's staff never get the
-    platform's: :func:`tenant_in_view` always gives them one of their tenants."""
+    Both come from the reapers' snapshots (:func:`platform_data`, :func:`tenant_data`), or
+    are computed here (:func:`live_data`: about once per ``DASHBOARD_CACHE_MS`` per view,
+    however many browsers poll it). A tenant's staff never get the platform's or another
+    tenant's: :func:`tenant_in_view` always gives them one of their tenants, whose id keys
+    what is read."""
     slug = request.GET.get("tenant", "").strip()
     try:
         tenant = tenant_in_view(request, slug)
@@ -107,7 +109,7 @@ def dashboard_data_view(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"detail": str(exc)}, status=403)
     if tenant is None:
         return JsonResponse(platform_data())
-    return JsonResponse(live_data(str(tenant.tenant_id), tenant.slug))
+    return JsonResponse(tenant_data(str(tenant.tenant_id), tenant.slug))
 
 
 def live_key(tenant_id: str | None) -> str:
@@ -148,13 +150,26 @@ def platform_data() -> dict:
     """The all-tenants figures: the reapers' snapshot (:mod:`chronoadmin.dashboard_snapshot`)
     while it is younger than ``dashboard_snapshot_max_age_ms``, else computed here, the answer
     saying why (``live_reason``): the dashboard never shows old figures as if they were new."""
+    return _snapshot_or_live(None, "")
+
+
+def tenant_data(tenant_id: str, slug: str) -> dict:
+    """One tenant's figures: the snapshot the reapers compute for the tenants viewed lately
+    (this request notes the tenant as viewed), else computed here, saying why (the first view
+    of a tenant, or no reaper running)."""
+    return _snapshot_or_live(tenant_id, slug)
+
+
+def _snapshot_or_live(tenant_id: str | None, slug: str) -> dict:
     config = get_config()
     reading = read_snapshot(redis_client(), now_ms=now_ms(),
                             max_age_ms=config.dashboard_snapshot_max_age_ms,
-                            interval_ms=config.dashboard_snapshot_interval_ms)
+                            interval_ms=config.dashboard_snapshot_interval_ms,
+                            tenant_id=tenant_id)
     if reading.data is not None:
-        return _dated(reading.data, source="snapshot", as_of=ms_to_datetime(reading.as_of_ms))
-    return {**live_data(None), "live_reason": reading.reason}
+        return _dated({**reading.data, "tenant": slug or None}, source="snapshot",
+                      as_of=ms_to_datetime(reading.as_of_ms))
+    return {**live_data(tenant_id, slug), "live_reason": reading.reason}
 
 
 def _dated(data: dict, *, source: str, as_of: datetime) -> dict:

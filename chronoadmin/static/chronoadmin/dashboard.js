@@ -104,8 +104,8 @@
       "no queue");
   }
 
-  // Where the figures come from and how old they are: the platform's snapshot (computed by a
-  // reaper every few seconds), or computed by a web process on demand (kept a second for
+  // Where the figures come from and how old they are: the platform's or the tenant's snapshot
+  // (computed by a reaper every few seconds), or computed by a web process on demand (kept a second for
   // every page polling the same view); the all-tenants view computed live says why (no
   // snapshot, or one too old: the reaper may be down).
   function drawSource(data) {
@@ -113,7 +113,7 @@
     source.dataset.source = data.source;
     const asOf = new Date(data.as_of).toLocaleTimeString();
     source.textContent = data.source === "snapshot"
-      ? `figures of ${asOf}, ${data.age_s} s old (platform snapshot)`
+      ? `figures of ${asOf}, ${data.age_s} s old (${data.tenant ? "tenant" : "platform"} snapshot)`
       : `figures of ${asOf}, ${data.age_s} s old (computed live` +
         `${data.live_reason ? `: ${data.live_reason}` : ""})`;
     source.classList.toggle("stale", Boolean(data.live_reason));
