@@ -39,7 +39,7 @@ computes the figures of the tenants viewed in the last :data:`VIEWED_FOR_MS` (at
 reads a key, as the platform's does, while no snapshot is computed for a tenant nobody looks
 at; a tenant's first view, before the next turn, is computed live and says so. Why not
 compute each tenant's figures per request: on two cores running 1,000 jobs/s, the request's
-round trips to PostgreSQL wait for the machine's busy cores (p95 107-118 ms for 5 ms of work
+round trips to PostgreSQL wait for the machine's busy cores (p95 104-118 ms for 5 ms of work
 with 10 M executions, ``chrono bench dashboard``), where reading a snapshot does not.
 """
 
