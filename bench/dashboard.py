@@ -14,11 +14,17 @@ as a signed-in superuser, alternately for the whole platform and for one of the 
 view no more often than the server's cache lasts, so every answer is computed afresh (an
 answer the cache gave anyway is counted in ``cache_hits`` and left out of the figures).
 A ``chrono reaper`` runs too: it computes the all-tenants figures into the dashboard's snapshot
-every ``dashboard_snapshot_interval_ms`` (:mod:`chronoadmin.dashboard_snapshot`), so the
-platform's answers are served from the snapshot as in production (``reaper: true``,
-``platform_sources``: answers by ``source``, ``snapshot_age_s``: their snapshots' age); each
-such answer read the snapshot afresh (none came from the web's cache) and counts.
+every ``dashboard_snapshot_interval_ms`` (:mod:`chronoadmin.dashboard_snapshot`), and those of
+the tenants viewed in the last minute, so both views are served from snapshots as in
+production (``reaper: true``; ``platform_sources`` and ``tenant_sources``: answers by
+``source``; ``snapshot_age_s`` and ``tenant_snapshot_age_s``: their snapshots' age); each such
+answer read the snapshot afresh (none came from the web's cache) and counts. The tenant's first
+answer, before the reaper's next turn, is computed live (in the warm-up).
 ``snapshot_cost``: the reaper's snapshots over the run, from its ``/metrics``.
+
+Seeding 10 M rows takes ~11-13 min: ``--keep-seed`` leaves them in the database, and a later
+``--reuse-seed`` run (same shape) tops them up to now in seconds; ``--seed-only`` seeds and
+stops, so the seed is made once, outside a measured run.
 
 Prints ``latency_ms`` (client-side, all answers), ``platform_latency_ms`` and
 ``tenant_latency_ms``, ``requests``, and the load achieved (``load``: rate and lateness of the
@@ -44,7 +50,7 @@ from chronocore.pgcopy import NULL, TimestampText, copy_rows
 from chronocore.probe import free_port
 from localservices.processes import wait_until
 from scheduler import rollups
-from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 
 TENANT_PREFIX = "bench-dash-"
 TASK_PREFIX = "bench-dash."  # synthetic task names: their rollups are the bench's alone
@@ -82,7 +88,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="seconds of load and requests before the measured ones")
     parser.add_argument("--worker-concurrency", type=int, default=64)
     parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--keep-seed", action="store_true",
+                        help="leave the seeded tenants, jobs, executions and rollups in the "
+                             "database at the end (for a later --reuse-seed)")
+    parser.add_argument("--reuse-seed", action="store_true",
+                        help="reuse the rows a --keep-seed run of the same --rows, --jobs, "
+                             "--tenants, --tasks and --days left (else seed afresh): the "
+                             "minutes since are added at the same rate and the in-flight rows "
+                             "renewed, in seconds rather than the 10 M rows' ~13 min")
+    parser.add_argument("--seed-only", action="store_true",
+                        help="seed (or top up a reused seed), keep it, and stop: no load, no "
+                             "measurement (implies --keep-seed)")
     args = parser.parse_args(argv)
+    args.keep_seed = args.keep_seed or args.seed_only
     if args.rows < 1 or args.tenants < 1 or args.tasks < 1 or args.days <= 0:
         parser.error("--rows, --tenants, --tasks and --days must be positive")
     if args.jobs is None:
@@ -107,7 +125,7 @@ def _tenants(count: int) -> list[uuid.UUID]:
     tenants = []
     for i in range(count):
         tenant, _ = Tenant.objects.get_or_create(slug=f"{TENANT_PREFIX}{i:02}",
-                                                 defaults={"name": "Dashboard benchmark"})
+                                                 defaults={"name": SEEDING})
         tenants.append(tenant.tenant_id)
     return tenants
 
@@ -194,6 +212,35 @@ class _Executions:
         return lines
 
 
+def _per_group(rows: int, groups: int) -> list[int]:
+    return [rows // groups + (1 if g < rows % groups else 0) for g in range(groups)]
+
+
+def _in_flight_rows(rows: int) -> int:
+    return sum(IN_FLIGHT.values()) if min(sum(IN_FLIGHT.values()), rows // 2) else 0
+
+
+class _Copier:
+    """The executions' COPY, in chunks of :data:`COPY_CHUNK_ROWS`."""
+
+    SQL = f"COPY chrono_execution ({_EXECUTION_COLUMNS}) FROM STDIN"
+
+    def __init__(self) -> None:
+        self.pending: list[str] = []
+        self.written = 0
+
+    def add(self, lines: list[str]) -> None:
+        self.pending += lines
+        if len(self.pending) >= COPY_CHUNK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            copy_rows(self.SQL, ["".join(self.pending)])
+            self.written += len(self.pending)
+            self.pending = []
+
+
 def insert_executions(args: argparse.Namespace, tenants: list[uuid.UUID],
                       jobs: dict[uuid.UUID, list[str]]) -> int:
     """``args.rows`` executions over the last ``args.days`` days and their rollups."""
@@ -202,27 +249,93 @@ def insert_executions(args: argparse.Namespace, tenants: list[uuid.UUID],
     minutes = max(1, int(args.days * 24 * 60))
     groups = len(tenants) * args.tasks
     generator = _Executions(tenants, jobs, args.tasks)
-    in_flight = min(sum(IN_FLIGHT.values()), args.rows // 2)
-    finished = args.rows - (sum(IN_FLIGHT.values()) if in_flight else 0)
-    per_minute, extra = divmod(finished, minutes)
-    sql = f"COPY chrono_execution ({_EXECUTION_COLUMNS}) FROM STDIN"
-    pending: list[str] = generator.in_flight(now) if in_flight else []
-    written = 0
+    in_flight = _in_flight_rows(args.rows)
+    per_minute, extra = divmod(args.rows - in_flight, minutes)
+    copier = _Copier()
+    if in_flight:
+        copier.add(generator.in_flight(now))
     for m in range(minutes):
         rows = per_minute + (1 if m < extra else 0)
-        per_group = [rows // groups + (1 if g < rows % groups else 0) for g in range(groups)]
-        pending += generator.minute(last_minute - (minutes - 1 - m) * 60_000, per_group)
-        if len(pending) >= COPY_CHUNK_ROWS:
-            copy_rows(sql, ["".join(pending)])
-            written += len(pending)
-            pending = []
+        copier.add(generator.minute(last_minute - (minutes - 1 - m) * 60_000,
+                                    _per_group(rows, groups)))
         if len(generator.counts) >= ROLLUP_KEYS_PER_STATEMENT * 20:
             _write_rollups(generator.counts)
-    if pending:
-        copy_rows(sql, ["".join(pending)])
-        written += len(pending)
+    copier.flush()
     _write_rollups(generator.counts)
-    return written
+    return copier.written
+
+
+# -- a kept seed ----------------------------------------------------------------------------
+# Seeding 10 M rows takes ~13 min of the two cores; ``--keep-seed`` leaves them, and
+# ``--reuse-seed`` finds them by the mark their tenants' name carries (set once the seed is
+# complete, so an interrupted one is never reused) and brings them up to date.
+
+SEEDING = "Dashboard benchmark (seeding)"
+JOBS_SAMPLE = 10_000  # job ids per tenant the top-up's rows are spread over
+
+
+def seed_mark(args: argparse.Namespace) -> str:
+    return (f"Dashboard benchmark seed: rows={args.rows} jobs={args.jobs} "
+            f"tenants={args.tenants} tasks={args.tasks} days={args.days:g}")
+
+
+def mark_seeded(args: argparse.Namespace, tenants: list[uuid.UUID]) -> None:
+    from chronocore.models import Tenant
+
+    Tenant.objects.filter(tenant_id__in=tenants).update(name=seed_mark(args))
+
+
+def kept_seed(args: argparse.Namespace) -> list[uuid.UUID] | None:
+    """The tenants (in slug order) of a complete kept seed of ``args``' shape whose last
+    minute lies within ``args.days``, else None."""
+    from chronocore.models import Tenant
+
+    found = list(Tenant.objects.filter(slug__startswith=TENANT_PREFIX).order_by("slug")
+                 .values_list("tenant_id", "name"))
+    if len(found) != args.tenants or any(name != seed_mark(args) for _, name in found):
+        return None
+    seeded_to = _seeded_to(found[0][0])
+    if seeded_to is None or now_ms() - seeded_to > args.days * 86_400_000:
+        return None
+    return [tenant for tenant, _ in found]
+
+
+def _seeded_to(tenant: uuid.UUID) -> int | None:
+    """The last minute of the seed's rollups (epoch ms), read from the first tenant's."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT max(minute) FROM chrono_execution_rollup "
+                       "WHERE tenant_id = %s AND task = %s", [tenant, rollups.ALL_TASKS])
+        (minute,) = cursor.fetchone()
+    return None if minute is None else datetime_to_ms(minute)
+
+
+def top_up(args: argparse.Namespace, tenants: list[uuid.UUID]) -> int:
+    """Bring a kept seed up to now: the minutes since its last at its rate (so the last hour,
+    which the dashboard reads, holds its share), and its in-flight rows renewed (their leases
+    and retry times a run ahead again). Returns the executions added."""
+    from scheduler.models import Job
+
+    now = now_ms()
+    last_minute = now - now % 60_000
+    minutes = max(1, int(args.days * 24 * 60))
+    per_minute = (args.rows - _in_flight_rows(args.rows)) // minutes
+    first_minute = _seeded_to(tenants[0]) + 60_000
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM chrono_execution WHERE tenant_id = ANY(%s) "
+                       "AND status = ANY(%s)", [tenants, list(IN_FLIGHT)])
+        renewed = cursor.rowcount
+    jobs = {tenant: [str(j) for j in Job.objects.filter(tenant_id=tenant)
+                     .values_list("job_id", flat=True)[:JOBS_SAMPLE]] for tenant in tenants}
+    generator = _Executions(tenants, jobs, args.tasks, seed=now)
+    copier = _Copier()
+    if renewed:
+        copier.add(generator.in_flight(now))
+    for minute_ms in range(first_minute, last_minute + 1, 60_000):
+        copier.add(generator.minute(minute_ms, _per_group(per_minute,
+                                                          len(tenants) * args.tasks)))
+    copier.flush()
+    _write_rollups(generator.counts)
+    return copier.written - (sum(IN_FLIGHT.values()) if renewed else 0)
 
 
 def _write_rollups(counts: dict[rollups.RollupKey, rollups.Counts]) -> None:
@@ -288,7 +401,7 @@ class DashboardClient:
         self.cache_hits = 0
         self.errors: list[str] = []
         self.sources: dict[str, dict[str, int]] = {v: {} for v in views}
-        self.snapshot_ages_s: list[float] = []
+        self.snapshot_ages_s: dict[str, list[float]] = {v: [] for v in views}
         self._generated: dict[str, str] = {}
         self._connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
@@ -312,7 +425,7 @@ class DashboardClient:
         source = answer.get("source", "unmarked")
         self.sources[view][source] = self.sources[view].get(source, 0) + 1
         if source == "snapshot":  # read afresh from Redis for this request, whatever its age
-            self.snapshot_ages_s.append(answer["age_s"])
+            self.snapshot_ages_s[view].append(answer["age_s"])
             self.latencies[view].append(took_ms)
             return
         generated = answer["generated_at"]
@@ -340,7 +453,7 @@ class DashboardClient:
         self.cache_hits = 0
         self.errors = []
         self.sources = {v: {} for v in self.views}
-        self.snapshot_ages_s = []
+        self.snapshot_ages_s = {v: [] for v in self.views}
 
 
 def _start_web(platform, workers: int) -> int:
@@ -394,46 +507,62 @@ def _summary_s(values: list[float]) -> dict[str, float] | None:
     return {"p50": ordered[len(ordered) // 2], "max": ordered[-1]}
 
 
+def _measure(args: argparse.Namespace, platform) -> tuple:
+    """The load and the requests; the client, the snapshot's cost and the load achieved."""
+    from chronoadmin.dashboard import DASHBOARD_CACHE_MS
+
+    platform.start_beat("bench-beat-0")
+    platform.start_worker(args.worker_concurrency, "threads")
+    reaper_port, reaper_since = free_port(), time.monotonic()
+    platform.start_reaper(metrics_port=reaper_port)
+    port = _start_web(platform, args.web_workers)
+    client = DashboardClient(port, session_cookie(), ["platform", f"{TENANT_PREFIX}00"],
+                             DASHBOARD_CACHE_MS / 1000)
+    total_s = args.warmup + args.duration
+    first_ms = platform.schedule_steady(int(args.rate * (total_s + 2)), args.rate,
+                                        lead_ms=2_000)
+    wait_until(lambda: now_ms() >= first_ms, timeout_s=120, interval_s=0.01)
+    client.run(args.warmup)
+    client.reset()
+    measured_from = ms_to_datetime(now_ms())
+    client.run(args.duration)
+    measured_to = ms_to_datetime(now_ms())
+    snapshot_cost = _snapshot_cost(reaper_port, reaper_since)
+    load = lateness_report(platform.executions.filter(
+        scheduled_for__gte=measured_from, scheduled_for__lt=measured_to), with_start=True)
+    return client, snapshot_cost, load
+
+
 @reports_ceilings()
 def run(argv: list[str]) -> dict[str, object]:
-    from chronoadmin.dashboard import DASHBOARD_CACHE_S
-
     args = parse_args(argv)
     with bench_platform("dashboard") as platform:
-        clean_up(_leftovers())
-        tenants = _tenants(args.tenants)
+        started = time.monotonic()
+        tenants = kept_seed(args) if args.reuse_seed else None
+        seed = "reused" if tenants else "new"
         try:
-            started = time.monotonic()
-            jobs = _insert_jobs(tenants, args.jobs, args.tasks)
-            rows = insert_executions(args, tenants, jobs)
+            if tenants:
+                rows = args.rows + top_up(args, tenants)
+            else:
+                clean_up(_leftovers())
+                tenants = _tenants(args.tenants)
+                jobs = _insert_jobs(tenants, args.jobs, args.tasks)
+                rows = insert_executions(args, tenants, jobs)
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE chrono_execution")
                 cursor.execute("ANALYZE chrono_job")
                 cursor.execute("ANALYZE chrono_execution_rollup")
+            mark_seeded(args, tenants)
             setup_s = time.monotonic() - started
-
-            platform.start_beat("bench-beat-0")
-            platform.start_worker(args.worker_concurrency, "threads")
-            reaper_port, reaper_since = free_port(), time.monotonic()
-            platform.start_reaper(metrics_port=reaper_port)
-            port = _start_web(platform, args.web_workers)
-            client = DashboardClient(port, session_cookie(), ["platform", f"{TENANT_PREFIX}00"],
-                                     DASHBOARD_CACHE_S)
-            total_s = args.warmup + args.duration
-            first_ms = platform.schedule_steady(int(args.rate * (total_s + 2)), args.rate,
-                                                lead_ms=2_000)
-            wait_until(lambda: now_ms() >= first_ms, timeout_s=120, interval_s=0.01)
-            client.run(args.warmup)
-            client.reset()
-            measured_from = ms_to_datetime(now_ms())
-            client.run(args.duration)
-            measured_to = ms_to_datetime(now_ms())
-            snapshot_cost = _snapshot_cost(reaper_port, reaper_since)
-            load = lateness_report(platform.executions.filter(
-                scheduled_for__gte=measured_from, scheduled_for__lt=measured_to),
-                with_start=True)
+            if args.seed_only:
+                return {"bench": "dashboard", "seed_only": True, "seed": seed, "rows": rows,
+                        "setup_s": round(setup_s, 1),
+                        "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
+            measured = _measure(args, platform)
         finally:
-            clean_up(tenants, args.days)
+            if not args.keep_seed:
+                clean_up(tenants, args.days)
+    client, snapshot_cost, load = measured
     every = [ms for values in client.latencies.values() for ms in values]
     return {
         "bench": "dashboard",
@@ -451,11 +580,14 @@ def run(argv: list[str]) -> dict[str, object]:
         "cache_hits": client.cache_hits,
         "reaper": True,
         "platform_sources": client.sources["platform"],
-        "snapshot_age_s": _summary_s(client.snapshot_ages_s),
+        "tenant_sources": client.sources[f"{TENANT_PREFIX}00"],
+        "snapshot_age_s": _summary_s(client.snapshot_ages_s["platform"]),
+        "tenant_snapshot_age_s": _summary_s(client.snapshot_ages_s[f"{TENANT_PREFIX}00"]),
         "snapshot_cost": snapshot_cost,
         "errors": client.errors[:5],
         "load": {k: load[k] for k in ("rate_per_s", "start_lateness_ms", "dispatched",
                                       "started")},
+        "seed": seed,
         "setup_s": round(setup_s, 1),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

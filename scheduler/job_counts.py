@@ -67,9 +67,20 @@ GROUP BY GROUPING SETS ((tenant_id, status), (status))
 def jobs_by_status(tenant_id: str | None) -> dict[str, int]:
     """``{status: jobs}`` of one tenant, or of every tenant (None); statuses with no job are
     left out."""
+    sql, parameters = jobs_by_status_query(tenant_id)
     with connection.cursor() as cursor:
-        cursor.execute(_READ_SQL, [tenant_id or ALL_TENANTS])
-        return {status: int(jobs) for status, jobs in cursor.fetchall()}
+        cursor.execute(sql, parameters)
+        return jobs_by_status_from(cursor.fetchall())
+
+
+def jobs_by_status_query(tenant_id: str | None) -> tuple[str, list[object]]:
+    """The statement :func:`jobs_by_status` runs, for a caller that sends it with others in
+    one round trip (the dashboard); :func:`jobs_by_status_from` reads its rows."""
+    return _READ_SQL, [tenant_id or ALL_TENANTS]
+
+
+def jobs_by_status_from(rows: list[tuple]) -> dict[str, int]:
+    return {status: int(jobs) for status, jobs in rows}
 
 
 def fold(*, keys: int = FOLD_KEYS_PER_STATEMENT) -> int | None:

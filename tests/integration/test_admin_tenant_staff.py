@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client
 
+from chronoadmin import dashboard
 from chronocore.models import ApiKey, StaffRole, TenantMembership
 from chronocore.staff import add_member
 from scheduler import api, rollups
@@ -229,7 +229,6 @@ def _counted(tenant, n: int) -> None:
 
 
 def test_the_dashboard_shows_tenant_staff_their_tenant_only(acme, globex):
-    cache.clear()
     _counted(acme.tenant, 3)
     _counted(globex.tenant, 7)
     staff = member("ann", acme.tenant, StaffRole.VIEWER)
@@ -251,6 +250,34 @@ def test_the_dashboard_shows_tenant_staff_their_tenant_only(acme, globex):
     assert platform.get("/admin/dashboard/data/", {"tenant": "globex"}).json()["tenant"] == (
         "globex")
     assert "globex" in platform.get("/admin/dashboard/").content.decode()
+
+
+def test_a_tenants_kept_figures_are_served_for_that_tenant_only(acme, globex, redis_client,
+                                                                 monkeypatch):
+    """The figures a web process keeps in Redis for one tenant's view are found under that
+    tenant's id: another tenant's staff get their own, and 404 for the first tenant's slug,
+    while the first tenant's figures are kept."""
+    monkeypatch.setattr(dashboard, "DASHBOARD_CACHE_MS", 60_000)  # kept for the whole test
+    _counted(acme.tenant, 3)
+    _counted(globex.tenant, 7)
+    platform = Client()
+    platform.force_login(platform_staff_user("pat"))
+    kept = platform.get("/admin/dashboard/data/", {"tenant": "acme"}).json()
+    assert kept["tenant"] == "acme" and kept["source"] == "live"
+    assert redis_client.get(dashboard.live_key(str(acme.tenant.tenant_id))) is not None
+
+    gus = member("gus", globex.tenant, StaffRole.ADMIN)
+    own = gus.get("/admin/dashboard/data/").json()
+    assert own["tenant"] == "globex" and sum(p["dispatched"] for p in own["series"]) == 7
+    assert gus.get("/admin/dashboard/data/", {"tenant": "acme"}).status_code == 404
+
+    ann = member("ann", acme.tenant, StaffRole.VIEWER)
+    again = ann.get("/admin/dashboard/data/").json()
+    assert again["tenant"] == "acme" and sum(p["dispatched"] for p in again["series"]) == 3
+    assert again["as_of"] == kept["as_of"]  # the kept figures, with their age
+    assert again["source"] == "live" and again["age_s"] >= 0
+    everyone = platform.get("/admin/dashboard/data/").json()
+    assert sum(p["dispatched"] for p in everyone["series"]) == 10
 
 
 def test_a_staff_user_of_no_tenant_sees_no_tenants_rows(acme):

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.core.cache import cache
 
+from chronoadmin import dashboard_data as dashboard_data_module
 from chronoadmin.dashboard_data import dashboard_data
-from scheduler import rollups
+from scheduler import api, rollups
 from scheduler.clock import datetime_to_ms
-from scheduler.models import ExecutionRollup
+from scheduler.models import Execution, ExecutionRollup, ExecutionStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -87,8 +87,8 @@ def test_a_tenant_view_holds_only_that_tenants_counts(tenant, other_tenant):
     assert data["workers"] == [] and data["timers_pending"] is None
 
 
-def test_the_data_endpoint_is_for_staff_and_filters_by_tenant_slug(client, admin_client, tenant):
-    cache.clear()
+def test_the_data_endpoint_is_for_staff_and_filters_by_tenant_slug(client, admin_client, tenant,
+                                                                   redis_client):
     assert client.get("/admin/dashboard/data/").status_code == 302  # to the login page
     _counted(str(tenant.tenant_id), datetime.now(UTC), n=2)
     answer = admin_client.get("/admin/dashboard/data/?tenant=acme")
@@ -138,3 +138,30 @@ def test_the_platform_s_all_tasks_rows_are_rebuilt_from_its_task_rows(tenant, ot
     rollups.rebuild_platform_task_totals(datetime_to_ms(NOW - timedelta(hours=1)))
     total = ExecutionRollup.objects.get(tenant_id=rollups.ALL_TENANTS, task=rollups.ALL_TASKS)
     assert total.dispatched == 3 and sum(total.start_lateness) == 3
+
+
+def _in_flight(tenant, status: str, count: int, **fields) -> None:
+    job = api.schedule_cron("tests.noop", tenant=tenant, cron="*/5 * * * *")
+    for i in range(count):
+        Execution.objects.create(job=job, tenant=tenant, status=status,
+                                 scheduled_for=NOW - timedelta(minutes=10, seconds=i), **fields)
+
+
+def test_stuck_work_counts_that_tenants_up_to_the_limit(tenant, other_tenant, monkeypatch,
+                                                        redis_client):
+    _in_flight(tenant, ExecutionStatus.RUNNING, 3, lease_expires_at=NOW - timedelta(seconds=5))
+    _in_flight(tenant, ExecutionStatus.RUNNING, 2, lease_expires_at=NOW + timedelta(seconds=30))
+    _in_flight(tenant, ExecutionStatus.RETRY_WAIT, 2, retry_at=NOW - timedelta(minutes=2))
+    _in_flight(tenant, ExecutionStatus.RETRY_WAIT, 1, retry_at=NOW - timedelta(seconds=10))
+    _in_flight(other_tenant, ExecutionStatus.RUNNING, 4,
+               lease_expires_at=NOW - timedelta(seconds=5))
+
+    def stuck(tenant_id):
+        return dashboard_data(tenant_id=tenant_id, heartbeat_interval_s=5, now=NOW)["stuck"]
+
+    assert stuck(str(tenant.tenant_id)) == {"lease_expired": 3, "retry_overdue": 2,
+                                            "counted_up_to": 1_000}
+    assert stuck(None)["lease_expired"] == 7
+    monkeypatch.setattr(dashboard_data_module, "STUCK_COUNT_LIMIT", 2)
+    assert stuck(str(tenant.tenant_id)) == {"lease_expired": 2, "retry_overdue": 2,
+                                            "counted_up_to": 2}

@@ -12,7 +12,6 @@ from datetime import timedelta
 
 import amqp
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
@@ -155,7 +154,6 @@ def test_a_late_answer_shows_the_last_one_as_stale_with_its_age(queue):
 
 def test_the_dashboard_data_comes_at_once_when_rabbitmq_hangs(silent_broker, admin_client,
                                                              monkeypatch, redis_client):
-    cache.clear()
     panel = QueuePanel(inspector=lambda: QueueInspector(silent_broker.url))
     monkeypatch.setattr(dashboard_queues, "queue_panel", lambda: panel)
     Worker.objects.create(worker_id="w1@h", queue_name="chrono,reports",

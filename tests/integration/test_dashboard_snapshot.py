@@ -10,15 +10,17 @@ from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.test import Client
 
 from chronoadmin.dashboard_snapshot import (
     SNAPSHOT_KEY,
     TURN_KEY,
+    VIEWED_FOR_MS,
+    VIEWED_KEY,
     DashboardSnapshotter,
     SnapshotCollector,
     read_snapshot,
+    tenant_snapshot_key,
     write_snapshot,
 )
 from chronocore.models import StaffRole
@@ -52,7 +54,8 @@ def _snapshot_with_sentinel(redis_client, *, age_ms: int) -> int:
     write_snapshot(redis_client, {"generated_at": datetime.now(UTC).isoformat(),
                                   "window_minutes": 60, "series": [], "tasks": [],
                                   "top_failing": [], "jobs_by_status": {}, "workers": [],
-                                  "stuck": {"lease_expired": 0, "retry_overdue": 0},
+                                  "stuck": {"lease_expired": 0, "retry_overdue": 0,
+                                            "counted_up_to": 1000},
                                   "timers_pending": SENTINEL_TIMERS, "queues": None,
                                   "tenant": None}, as_of_ms=as_of_ms)
     return as_of_ms
@@ -66,7 +69,6 @@ def test_the_reaper_writes_the_snapshot_and_the_view_serves_it_with_its_time(
     while redis_client.get(SNAPSHOT_KEY) is None:
         assert time.monotonic() < deadline, "no snapshot written by the reaper within 30 s"
         time.sleep(0.1)
-    cache.clear()
     client = _platform_client()
     answer = client.get("/admin/dashboard/data/").json()
     assert answer["source"] == "snapshot"
@@ -96,7 +98,6 @@ def test_the_view_serves_a_fresh_snapshot_as_it_is(redis_client, tenant):
 def test_a_stale_snapshot_falls_back_to_live_and_says_why(redis_client, tenant,
                                                           chrono_config):
     chrono_config(dashboard_snapshot_max_age_ms=5_000)
-    cache.clear()
     _counted(tenant, 2)
     _snapshot_with_sentinel(redis_client, age_ms=6_000)
     answer = _platform_client().get("/admin/dashboard/data/").json()
@@ -108,28 +109,54 @@ def test_a_stale_snapshot_falls_back_to_live_and_says_why(redis_client, tenant,
 
 
 def test_a_missing_snapshot_falls_back_to_live_and_says_why(redis_client, tenant):
-    cache.clear()
     answer = _platform_client().get("/admin/dashboard/data/").json()
     assert answer["source"] == "live"
     assert answer["live_reason"].startswith("no snapshot")
     assert "chrono reaper" in answer["live_reason"]
 
 
-def test_a_tenants_views_never_read_the_snapshot(redis_client, tenant, other_tenant):
-    cache.clear()
+def test_a_tenants_view_reads_its_own_snapshot_never_the_platforms_or_another(
+        redis_client, tenant, other_tenant):
     _counted(tenant, 3)
-    _snapshot_with_sentinel(redis_client, age_ms=0)
+    _snapshot_with_sentinel(redis_client, age_ms=0)  # the platform's
     user = User.objects.create_user("ann", password="x")
     add_member(user, tenant, StaffRole.VIEWER)
-    staff = Client()
-    staff.force_login(user)
-    answer = staff.get("/admin/dashboard/data/").json()  # no filter: their tenant
-    assert answer["tenant"] == "acme" and answer["source"] == "live"
-    assert answer["timers_pending"] is None and "live_reason" not in answer
+    ann = Client()
+    ann.force_login(user)
+    first = ann.get("/admin/dashboard/data/").json()  # no filter: their tenant
+    assert first["tenant"] == "acme" and first["source"] == "live"
+    assert first["live_reason"].startswith("no snapshot of this tenant yet")
+    assert first["timers_pending"] is None
+    assert sum(p["dispatched"] for p in first["series"]) == 3
+    viewed = {t.decode() for t in redis_client.zrange(VIEWED_KEY, 0, -1)}
+    assert viewed == {str(tenant.tenant_id)}
+
+    snapshotter = DashboardSnapshotter(client=redis_client, interval_ms=60_000,
+                                       heartbeat_interval_s=5, owner="reaper-a")
+    snapshotter.run_once()
+    assert snapshotter.counters.tenants == 1
+    assert redis_client.get(tenant_snapshot_key(str(other_tenant.tenant_id))) is None
+    _counted(tenant, 2)  # after the snapshot: a live computation would count 5
+    answer = ann.get("/admin/dashboard/data/").json()
+    assert answer["tenant"] == "acme" and answer["source"] == "snapshot"
+    assert "live_reason" not in answer and 0 <= answer["age_s"] < 10
+    assert answer["timers_pending"] is None
     assert sum(p["dispatched"] for p in answer["series"]) == 3
+
     filtered = _platform_client().get("/admin/dashboard/data/", {"tenant": "globex"}).json()
     assert filtered["tenant"] == "globex" and filtered["source"] == "live"
-    assert filtered["timers_pending"] is None
+    assert filtered["timers_pending"] is None and filtered["series"][-1]["dispatched"] == 0
+    assert ann.get("/admin/dashboard/data/", {"tenant": "globex"}).status_code == 404
+
+
+def test_tenants_not_viewed_for_a_minute_get_no_snapshot(redis_client, tenant, other_tenant):
+    redis_client.zadd(VIEWED_KEY, {str(tenant.tenant_id): now_ms(),
+                                   str(other_tenant.tenant_id): now_ms() - VIEWED_FOR_MS - 1})
+    DashboardSnapshotter(client=redis_client, interval_ms=60_000, heartbeat_interval_s=5,
+                         owner="reaper-a").run_once()
+    assert redis_client.get(tenant_snapshot_key(str(tenant.tenant_id))) is not None
+    assert redis_client.get(tenant_snapshot_key(str(other_tenant.tenant_id))) is None
+    assert redis_client.zrange(VIEWED_KEY, 0, -1) == [str(tenant.tenant_id).encode()]
 
 
 def test_one_snapshotter_computes_per_turn_and_counts_its_cost(redis_client, tenant):
@@ -169,7 +196,6 @@ def test_a_slow_computation_holds_the_turn_longer(redis_client):
 
 
 def test_an_unreadable_snapshot_is_computed_live_and_says_why(redis_client, tenant):
-    cache.clear()
     redis_client.set(SNAPSHOT_KEY, b"{not json")
     answer = _platform_client().get("/admin/dashboard/data/").json()
     assert answer["source"] == "live"
@@ -178,7 +204,6 @@ def test_an_unreadable_snapshot_is_computed_live_and_says_why(redis_client, tena
 
 def test_the_snapshot_is_off_when_its_interval_is_zero(redis_client, tenant, chrono_config):
     chrono_config(dashboard_snapshot_interval_ms=0)
-    cache.clear()
     _snapshot_with_sentinel(redis_client, age_ms=0)
     answer = _platform_client().get("/admin/dashboard/data/").json()
     assert answer["source"] == "live"

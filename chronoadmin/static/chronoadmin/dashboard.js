@@ -104,16 +104,18 @@
       "no queue");
   }
 
-  // Where the figures come from and how old they are: the platform's snapshot (computed by a
-  // reaper every few seconds), or computed by the web process itself; the all-tenants view
-  // computed live says why (no snapshot, or one too old: the reaper may be down).
+  // Where the figures come from and how old they are: the platform's or the tenant's snapshot
+  // (computed by a reaper every few seconds), or computed by a web process on demand (kept a second for
+  // every page polling the same view); the all-tenants view computed live says why (no
+  // snapshot, or one too old: the reaper may be down).
   function drawSource(data) {
     const source = document.getElementById("dash-source");
     source.dataset.source = data.source;
     const asOf = new Date(data.as_of).toLocaleTimeString();
     source.textContent = data.source === "snapshot"
-      ? `figures of ${asOf}, ${data.age_s} s old (platform snapshot)`
-      : `figures computed live${data.live_reason ? `: ${data.live_reason}` : ""}`;
+      ? `figures of ${asOf}, ${data.age_s} s old (${data.tenant ? "tenant" : "platform"} snapshot)`
+      : `figures of ${asOf}, ${data.age_s} s old (computed live` +
+        `${data.live_reason ? `: ${data.live_reason}` : ""})`;
     source.classList.toggle("stale", Boolean(data.live_reason));
   }
 
@@ -122,8 +124,10 @@
     fillList("jobs-by-status", Object.entries(data.jobs_by_status).sort());
     fillList("hour-totals", [["dispatched", sum("dispatched")], ["started", sum("started")],
                              ["succeeded", sum("succeeded")], ["failed", sum("failed")]]);
-    fillList("stuck", [["lease expired", data.stuck.lease_expired],
-                       ["retries overdue", data.stuck.retry_overdue]]);
+    // Counted up to a limit (the query stops there): "1000+" rather than a made-up total.
+    const capped = (n) => (n >= data.stuck.counted_up_to ? `${n}+` : n);
+    fillList("stuck", [["lease expired", capped(data.stuck.lease_expired)],
+                       ["retries overdue", capped(data.stuck.retry_overdue)]]);
     const healthy = data.workers.filter((w) => w.healthy).length;
     fillList("platform", [["timers pending", data.timers_pending],
                           ["workers healthy", data.tenant ? null : `${healthy} / ${data.workers.length}`]]);
