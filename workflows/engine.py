@@ -335,8 +335,9 @@ def start_runs(requests: Sequence[RunRequest], *, tenant: Tenant | uuid.UUID | s
         keys = {r.idempotency_key for r in requests if r.idempotency_key is not None}
         by_key = ({run.idempotency_key: run for run in WorkflowRun.objects.filter(
             tenant_id=tenant_id, idempotency_key__in=keys)} if keys else {})
-        stored = {(r.name, r.version): _version(tenant_id, r.name, r.version)
-                  for r in requests}  # WorkflowNotFound before anything is written
+        # One look-up per workflow and version asked for; WorkflowNotFound before any write.
+        stored = {pair: _version(tenant_id, *pair)
+                  for pair in dict.fromkeys((r.name, r.version) for r in requests)}
         _lock_admissions(tenant_id, {r.name for r in requests})  # in one order: no deadlock
         active = dict(WorkflowRun.objects.filter(
             tenant_id=tenant_id, name__in={r.name for r in requests},

@@ -74,3 +74,11 @@ def test_start_runs_refuses_what_is_not_a_run_request(tenant):
     with pytest.raises(WorkflowError, match="RunRequest"):
         engine.start_runs([{"name": "two"}], tenant=tenant)
     assert engine.start_runs([], tenant=tenant) == []
+
+
+def test_start_runs_looks_each_workflow_up_once(tenant, redis_client,
+                                                django_assert_max_num_queries):
+    engine.define(tenant, CHAIN)
+    with django_assert_max_num_queries(12):  # not one look-up per run
+        runs = engine.start_runs([RunRequest("two") for _ in range(50)], tenant=tenant)
+    assert len(runs) == 50
