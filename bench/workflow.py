@@ -28,8 +28,9 @@ of at once (``--fanout 0`` starts no fan-out run). Reports:
   from one step's start to its successor's start that the throughput allows: with no-op steps
   the handoff cannot be shorter, however the runs are started; reported with ``--fanout 0``),
   and ``starts_took_ms`` (how long the bench took to start them, one ``start_run`` after
-  another, or from ``--start-threads`` threads: runs started "at once" that finish before the
-  last one starts are not in flight together);
+  another, from ``--start-threads`` threads, or with ``--start-batch`` in one
+  ``engine.start_runs`` transaction: runs started "at once" that finish before the last one
+  starts are not in flight together);
 * ``runs``, ``steps``, ``lost`` (steps of runs that did not end in time), ``duplicates``
   (step jobs that fired more than once).
 """
@@ -72,6 +73,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--start-threads", type=int, default=1,
                         help="threads starting the runs (1: one start_run after another, "
                              "as before; more bring the runs closer to all in flight at once)")
+    parser.add_argument("--start-batch", action="store_true",
+                        help="start the chain and diamond runs with one engine.start_runs call "
+                             "(one transaction, their first steps due together): all in "
+                             "flight at once")
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--engine-process", action="store_true",
@@ -83,6 +88,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--{name}: must be 0 or more")
     if args.start_threads < 1:
         parser.error("--start-threads: must be 1 or more")
+    if args.start_batch and (args.start_threads > 1 or args.stagger_ms > 0):
+        parser.error("--start-batch starts every run in one call: not with --start-threads or "
+                     "--stagger-ms")
     for name in ("step_ms", "stagger_ms"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')}: must be 0 or more")
@@ -234,7 +242,11 @@ def run(argv: list[str]) -> dict[str, object]:
                 connection.close()
 
         started = time.monotonic()
-        if args.start_threads == 1:
+        if args.start_batch:
+            started_at = list(engine.start_runs(
+                [engine.RunRequest(name, run_input=inputs[i], queue=platform.queue)
+                 for i, (name, _) in enumerate(plan)], tenant=platform.tenant))
+        elif args.start_threads == 1:
             for i, (name, _) in enumerate(plan):
                 time.sleep(max(0.0, started + i * gap_s - time.monotonic()))
                 started_at[i] = engine.start_run(name, tenant=platform.tenant,
@@ -310,6 +322,7 @@ def run(argv: list[str]) -> dict[str, object]:
         "stagger_ms": args.stagger_ms,
         "starts_took_ms": round(starts_s * 1000, 1),
         "start_threads": args.start_threads,
+        "start_batch": args.start_batch,
         "fanout": args.fanout,
         "fanout_dispatch_ms": _ms_of(fanout_span),
         "fanout_stages_ms": {"jobs_written": _ms_of(fanout_written),

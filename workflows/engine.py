@@ -69,6 +69,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from chronocore import grants
@@ -294,6 +295,93 @@ def start_run(name: str, *, tenant: Tenant | uuid.UUID | str, run_input: Any = N
         if waiting is None:
             _carry_out(run, definition, [evaluate(definition, state, RunStarted(), now_ms=now)])
     return run
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run for :func:`start_runs` to start: the arguments of :func:`start_run` that differ
+    from one run to the next."""
+
+    name: str
+    run_input: Any = None
+    idempotency_key: str | None = None
+    version: int | None = None
+    queue: str | None = None
+
+
+# Runs one start_runs call starts at most: its transaction holds every run's row and first
+# step jobs, and its one write statement carries them all.
+MAX_RUNS_PER_START = 10_000
+
+
+def start_runs(requests: Sequence[RunRequest], *, tenant: Tenant | uuid.UUID | str,
+               by: str = "") -> list[WorkflowRun]:
+    """Start many runs in one transaction, each as :func:`start_run` would (same admission,
+    idempotency and audit), in the order given; their first steps' jobs are written by one
+    statement and their timers added together once it commits. The runs, in the order of
+    ``requests`` (a request whose idempotency key a run already has, or that an earlier request
+    of the call used: that run). Starting a hundred runs one ``start_run`` after another takes
+    a second or more, so the first have ended before the last begin; these all begin at once."""
+    requests = list(requests)
+    if not all(isinstance(r, RunRequest) for r in requests):
+        raise WorkflowError("start_runs takes RunRequest items (workflows.engine.RunRequest)")
+    if len(requests) > MAX_RUNS_PER_START:
+        raise WorkflowError(f"start_runs starts at most {MAX_RUNS_PER_START} runs a call, "
+                            f"not {len(requests)}: split the requests")
+    if not requests:
+        return []
+    tenant_id = _tenant_id(tenant)
+    with transaction.atomic():
+        keys = {r.idempotency_key for r in requests if r.idempotency_key is not None}
+        by_key = ({run.idempotency_key: run for run in WorkflowRun.objects.filter(
+            tenant_id=tenant_id, idempotency_key__in=keys)} if keys else {})
+        # One look-up per workflow and version asked for; WorkflowNotFound before any write.
+        stored = {pair: _version(tenant_id, *pair)
+                  for pair in dict.fromkeys((r.name, r.version) for r in requests)}
+        _lock_admissions(tenant_id, {r.name for r in requests})  # in one order: no deadlock
+        active = dict(WorkflowRun.objects.filter(
+            tenant_id=tenant_id, name__in={r.name for r in requests},
+            status__in=ACTIVE_RUN_STATUSES).values_list("name").annotate(n=Count("run_id"))
+            .order_by())
+        default_queue = get_config().default_queue
+        now = now_ms()
+        runs: list[WorkflowRun] = []
+        new: list[tuple[WorkflowRun, WorkflowDefinition, RunState, Any]] = []
+        for request in requests:
+            if request.idempotency_key in by_key:
+                runs.append(by_key[request.idempotency_key])
+                continue
+            version = stored[(request.name, request.version)]
+            definition = definition_of(version)
+            state = RunState.new(definition, request.run_input, now_ms=now)
+            waiting = admission(definition, active.get(request.name, 0))
+            run = WorkflowRun(
+                tenant_id=tenant_id, definition=version, name=request.name,
+                input=request.run_input, state=state_to_json(state),
+                idempotency_key=request.idempotency_key,
+                queue=request.queue or default_queue, created_by=by,
+                status=WorkflowRunStatus.RUNNING, started_at=ms_to_datetime(now),
+                deadline_at=(None if state.deadline_ms is None
+                             else ms_to_datetime(state.deadline_ms)))
+            if waiting is None:
+                active[request.name] = active.get(request.name, 0) + 1
+            else:
+                run.status, run.reason, run.started_at = WorkflowRunStatus.QUEUED, \
+                    reason_to_json(waiting), None
+            if request.idempotency_key is not None:
+                by_key[request.idempotency_key] = run
+            runs.append(run)
+            new.append((run, definition, state, waiting))
+        WorkflowRun.objects.bulk_create([run for run, *_ in new])
+        audits = [_run_audit(run, audit.WORKFLOW_RUN_STARTED, by,
+                             f"Workflow run {run.run_id} of {run.name} v{run.definition.version} "
+                             + ("queued: " + waiting.text if waiting else "started"))
+                  for run, _, _, waiting in new]
+        _carry_out_many([(run, definition, [evaluate(definition, state, RunStarted(),
+                                                     now_ms=now)])
+                         for run, definition, state, waiting in new if waiting is None],
+                        audits=audits)
+    return runs
 
 
 def _version(tenant_id: uuid.UUID, name: str, version: int | None) -> WorkflowDefinitionVersion:
@@ -575,12 +663,12 @@ def _carry_out(run: WorkflowRun, definition: WorkflowDefinition,
 
 def _carry_out_many(changes: Sequence[tuple[WorkflowRun, WorkflowDefinition,
                                             Sequence[Evaluation]]],
-                    *, actor: str = ENGINE_ACTOR) -> None:
+                    *, actor: str = ENGINE_ACTOR, audits: Sequence[AuditRow] = ()) -> None:
     """Write each run's new state and do what its evaluations decided: the step jobs of the
-    dispatches and retries, the cancellation of steps to stop, the audit rows; in the caller's
-    transaction (one statement for every run, :mod:`workflows.writes`), the timers after its
-    commit."""
-    writes = Writes()
+    dispatches and retries, the cancellation of steps to stop, the audit rows (``audits``
+    besides); in the caller's transaction (one statement for every run,
+    :mod:`workflows.writes`), the timers after its commit."""
+    writes = Writes(audits=list(audits))
     now = now_ms()
     ended: list[WorkflowRun] = []
     for run, definition, evaluations in changes:
