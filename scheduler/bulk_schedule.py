@@ -8,8 +8,11 @@ keyword arguments :func:`scheduler.api.schedule_once`, :func:`scheduler.api.sche
 one validator (:mod:`scheduler.specs`) and by the REST bulk path's per-item checks
 (:class:`scheduler.job_writer.ItemChecks`: its task's grant, its calendars), and refused alone: what
 one item gets wrong is reported for its index, the others are written, in one transaction, by
-:func:`scheduler.job_writer.copy_keyed`, and their timers added to Redis when it commits. No ORM
-object is made per job, which is what lets it run at the bulk path's rate.
+:func:`scheduler.job_writer.copy_streamed`, and their timers added to Redis when it commits. No ORM
+object is made per job, which is what lets it run at the bulk path's rate. The items are checked
+a chunk at a time (:data:`CHECK_CHUNK`) while the jobs' COPY is open, so PostgreSQL takes in one
+chunk's rows while Python checks the next (two cores at work, not one after the other: the
+REST bulk path checks a whole request, then copies it).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import difflib
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from scheduler import job_writer, python_args, specs
@@ -98,35 +101,66 @@ def schedule_many(
     result = ScheduledMany(ids=[None] * len(items))
     limits = job_writer.current_limits()
     base = dict(defaults or {})
-    valid: list[int] = []
-    valid_specs: list[specs.JobSpec] = []
-    keys: list[str | None] = []
-    checks = job_writer.ItemChecks(tenant_id)
     job_writer.check_tenant_active(tenant_id)
-    for index, item in enumerate(items):
-        try:
-            spec, key = _checked_item(_with_defaults(base, item), limits)
-        except SpecInvalid as exc:
-            result.errors += [ItemError(index, argument, message)
-                              for argument, message in specs.python_problems(exc)]
-            continue
-        except InvalidJob as exc:
-            result.errors.append(ItemError(index, exc.field, exc.message))
-            continue
-        if refused := checks.refusal(spec):
-            spec_field, message = refused
-            result.errors.append(ItemError(
-                index, specs.PYTHON_ARGUMENTS.get(spec_field, spec_field), message))
-            continue
-        valid.append(index)
-        valid_specs.append(spec)
-        keys.append(key)
-    copied = job_writer.copy_keyed(tenant_id, valid_specs, keys, by=by,
-                                   audit_data={"via": "schedule_many"})
-    for index, job_id in zip(valid, copied.ids, strict=True):
+    if not items:
+        return result
+    converted: list[int] = []  # the indexes of the items that became specs, in order
+    copied = job_writer.copy_streamed(
+        tenant_id, _converted_chunks(items, base, limits, converted, result.errors),
+        job_writer.ItemChecks(tenant_id), known_keys=_keys_given(base, items), by=by,
+        audit_data={"via": "schedule_many"})
+    for index, job_id in zip(converted, copied.ids, strict=True):
         result.ids[index] = job_id
-    result.existing = [valid[position] for position in copied.existing]
+    result.existing = [converted[position] for position in copied.existing]
+    result.errors += [ItemError(converted[position],
+                                specs.PYTHON_ARGUMENTS.get(spec_field, spec_field), message)
+                      for position, spec_field, message in copied.refused]
+    result.errors.sort(key=lambda error: error.index)  # stable: an item's errors keep order
     return result
+
+
+# Items converted a chunk at a time, each chunk's rows sent to the COPY while the next is made.
+CHECK_CHUNK = 1_000
+
+
+def _converted_chunks(items: list, base: dict[str, object], limits: specs.Limits,
+                      converted: list[int], errors: list[ItemError]
+                      ) -> Iterator[tuple[list[specs.JobSpec], list[str | None]]]:
+    """The specs and keys of the items that pass the spec's rules, a chunk of
+    :data:`CHECK_CHUNK` items at a time, made as each chunk is asked for (by the job writer's
+    open COPY, :func:`scheduler.job_writer.copy_streamed`, which runs the tenant's checks:
+    nothing here queries); their indexes go to ``converted`` and the other items' problems to
+    ``errors``, in order."""
+    for start in range(0, len(items), CHECK_CHUNK):
+        chunk_specs: list[specs.JobSpec] = []
+        chunk_keys: list[str | None] = []
+        for index in range(start, min(start + CHECK_CHUNK, len(items))):
+            try:
+                spec, key = _checked_item(_with_defaults(base, items[index]), limits)
+            except SpecInvalid as exc:
+                errors += [ItemError(index, argument, message)
+                           for argument, message in specs.python_problems(exc)]
+                continue
+            except InvalidJob as exc:
+                errors.append(ItemError(index, exc.field, exc.message))
+                continue
+            converted.append(index)
+            chunk_specs.append(spec)
+            chunk_keys.append(key)
+        yield chunk_specs, chunk_keys
+
+
+def _keys_given(base: dict[str, object], items: list) -> set[str]:
+    """Every idempotency key an item gives (or ``base`` gives it): what the job writer looks
+    up before its COPY starts. Keys that will be refused may be among them (one more value in
+    the look-up)."""
+    base_key = base.get("idempotency_key")
+    keys = set()
+    for item in items:
+        key = item.get("idempotency_key", base_key) if isinstance(item, Mapping) else None
+        if type(key) is str:
+            keys.add(key)
+    return keys
 
 
 def _with_defaults(base: dict[str, object], item: object) -> object:

@@ -23,7 +23,7 @@ import json
 import os
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import repeat
@@ -120,6 +120,13 @@ class ItemChecks:
             if refused := self._calendars[key]:
                 return "calendars", refused
         return None
+
+    def answered(self, spec: JobSpec) -> bool:
+        """Whether :meth:`refusal` of ``spec`` is known without a query: these checks answered
+        its task and queue (and, when they are granted, its calendars) for an earlier spec."""
+        pair = (spec.job_type, spec.queue)
+        return pair in self._grants and (self._grants[pair] is not None or not spec.calendars
+                                         or calendar_key(spec) in self._calendars)
 
 
 def row_fields(spec: JobSpec) -> dict[str, object]:
@@ -318,6 +325,158 @@ def _copy_new_keys(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequen
     return Copied(ids, existing)
 
 
+@dataclass(frozen=True)
+class StreamCopied:
+    """What :func:`copy_streamed` did with the specs of all its batches, in order (positions
+    count across the batches): an id per spec, None for one its checks refused (as
+    :class:`Copied`'s otherwise), the positions of the specs whose key named a job already
+    there or an earlier spec, and the refused ones as (position, spec field, message)."""
+
+    ids: list[str | None]
+    existing: list[int]
+    refused: list[tuple[int, str, str]]
+
+
+Batch = tuple[Sequence[JobSpec], Sequence[str | None]]
+
+
+def copy_streamed(tenant_id: uuid.UUID | str, batches: Iterable[Batch], checks: ItemChecks, *,
+                  known_keys: Collection[str] = (), by: str = "",
+                  audit_data: Mapping[str, object] | None = None) -> StreamCopied:
+    """Check each spec of ``batches`` (each a list of specs and a key or None per spec) with
+    ``checks``, refusing it alone, and write the others as :func:`copy_keyed` does, in one
+    transaction, taking one batch at a time while the jobs' COPY is open: a caller that makes
+    each batch as it is asked for (``api.schedule_many`` converts its items a chunk at a time,
+    with no query) has that work done while PostgreSQL takes in the rows of the batch before,
+    instead of one after the other. The connection cannot run a query while a COPY is open, so
+    a batch whose checks may need one (a task, queue or calendars these ``checks`` have not
+    answered yet) ends the COPY, is checked, and a new COPY goes on.
+
+    ``known_keys``, every key a spec may hold, is looked up with one statement first; a key
+    that was not among them or that someone else wrote meanwhile makes a COPY fail on the
+    unique index, and then the rest of the batches are taken and every checked spec written by
+    :func:`copy_keyed`, which tries again. Raises InvalidJob (tenant) as :func:`copy` does; a
+    spec with a key when ``known_keys`` is empty raises ValueError (no key column)."""
+    check_tenant_active(tenant_id)
+    batches = iter(batches)
+    stream = _Stream(tenant_id, checks, set(known_keys))
+    try:
+        with transaction.atomic():
+            stream.write(batches, by, audit_data or {})
+    except IntegrityError:
+        if not known_keys:
+            raise  # no key to meet: not a race of keys
+        stream.take_rest(batches)
+        copied = copy_keyed(tenant_id, stream.specs, stream.keys, by=by, audit_data=audit_data)
+        return stream.result(copied.ids, copied.existing)
+    return stream.result(stream.ids, stream.existing)
+
+
+class _Stream:
+    """The state of one :func:`copy_streamed`: every batch taken and its checks' answers."""
+
+    def __init__(self, tenant_id: uuid.UUID | str, checks: ItemChecks, known_keys: set[str]
+                 ) -> None:
+        self.tenant_id = tenant_id
+        self.checks = checks
+        self.known_keys = known_keys
+        self.positions: list[int] = []  # of the specs the checks let through
+        self.specs: list[JobSpec] = []
+        self.keys: list[str | None] = []
+        self.refused: list[tuple[int, str, str]] = []
+        self.taken = 0  # specs taken, refused ones included
+        # What the COPYs wrote, and the id of each spec let through.
+        self.ids: list[str] = []
+        self.existing: list[int] = []
+        self.written_ids: list[str] = []
+        self.written_specs: list[JobSpec] = []
+        self.timers: list[tuple[str, int]] = []
+        self.job_of_key: dict[str, str] = {}
+        self.constants = ""
+
+    def write(self, batches: Iterator[Batch], by: str, audit_data: Mapping[str, object]
+              ) -> None:
+        """The COPYs of every batch, the calendars, the audit rows and the timers on commit."""
+        self.job_of_key = _jobs_with_keys(self.tenant_id, list(self.known_keys))
+        plan = _copy_plan(bool(self.known_keys))
+        self.constants = _constants(self.tenant_id, plan)
+        announce_before = announce_before_ms()
+        waiting = next(batches, None)
+        while waiting is not None:
+            first = self.check(*waiting)  # no COPY open: its checks may query
+            waiting = None
+
+            def lines(first: Batch = first) -> Iterator[str]:
+                nonlocal waiting
+                yield from self.lines(*first)
+                for specs, keys in batches:
+                    if not all(map(self.checks.answered, specs)):
+                        waiting = (specs, keys)  # checked once this COPY has ended
+                        return
+                    yield from self.lines(*self.check(specs, keys))
+
+            copy_rows(plan.sql, lines())
+        _set_calendars(self.written_ids, self.written_specs)
+        _record_created(self.tenant_id, self.written_ids, self.written_specs, by, audit_data)
+        timers = self.timers
+        transaction.on_commit(lambda: add_timers(timers, announce_before))
+
+    def check(self, specs: Sequence[JobSpec], keys: Sequence[str | None]) -> Batch:
+        """The specs of a batch its checks let through, and their keys (the others refused)."""
+        passed: list[JobSpec] = []
+        passed_keys: list[str | None] = []
+        for spec, key in zip(specs, keys, strict=True):
+            if refused := self.checks.refusal(spec):
+                self.refused.append((self.taken, *refused))
+            else:
+                self.positions.append(self.taken)
+                passed.append(spec)
+                passed_keys.append(key)
+            self.taken += 1
+        self.specs += passed
+        self.keys += passed_keys
+        return passed, passed_keys
+
+    def lines(self, specs: Sequence[JobSpec], keys: Sequence[str | None]) -> Iterator[str]:
+        """The COPY text of the checked specs of one batch whose key names no job yet."""
+        job_ids = new_job_ids(len(specs))
+        written: list[int] = []
+        for position, (job_id, key) in enumerate(zip(job_ids, keys, strict=True)):
+            if key is None:
+                written.append(position)
+            elif not self.known_keys:
+                raise ValueError("a spec has an idempotency key, but known_keys is empty")
+            elif (earlier := self.job_of_key.get(key)) is not None:
+                self.existing.append(len(self.ids) + position)
+                job_ids[position] = earlier
+            else:
+                self.job_of_key[key] = job_id  # a later spec with the key gets this job
+                written.append(position)
+        self.ids += job_ids
+        ids = [job_ids[i] for i in written]
+        if not ids:
+            return
+        kept = [specs[i] for i in written]
+        fire_ms = _fire_times(ids, kept)
+        self.written_ids += ids
+        self.written_specs += kept
+        self.timers += zip(ids, fire_ms, strict=True)
+        yield _copy_lines(ids, kept, fire_ms, self.constants if not self.known_keys
+                          else _keyed_line_ends([keys[i] for i in written], self.constants))
+
+    def take_rest(self, batches: Iterator[Batch]) -> None:
+        """Check every batch not taken yet (after a failed COPY: no COPY is open)."""
+        for specs, keys in batches:
+            self.check(specs, keys)
+
+    def result(self, ids: list[str], existing: list[int]) -> StreamCopied:
+        """The answer, from the ids and existing positions of the specs let through."""
+        all_ids: list[str | None] = [None] * self.taken
+        for position, job_id in zip(self.positions, ids, strict=True):
+            all_ids[position] = job_id
+        return StreamCopied(all_ids, [self.positions[i] for i in existing], self.refused)
+
+
 def _jobs_with_keys(tenant_id: uuid.UUID | str, keys: list[str]) -> dict[str, str]:
     """The tenant's jobs that have one of ``keys``: key -> job id (one statement, one array
     parameter; the unique index on (tenant, key) finds them)."""
@@ -336,15 +495,20 @@ def _write_copied(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequenc
     """The COPYs of the jobs and their audit rows, and their timers on commit."""
     if not specs:
         return
-    fire_ms = [first_fire_ms(job_id, spec)
-               if spec.options.jitter_ms or spec.hashed_after_ms is not None else spec.fire_at_ms
-               for job_id, spec in zip(job_ids, specs, strict=True)]
+    fire_ms = _fire_times(job_ids, specs)
     timers = list(zip(job_ids, fire_ms, strict=True))
     announce_before = announce_before_ms()
     _copy_jobs(tenant_id, job_ids, specs, fire_ms, keys)
     _set_calendars(job_ids, specs)
     _record_created(tenant_id, job_ids, specs, by, audit_data)
     transaction.on_commit(lambda: add_timers(timers, announce_before))
+
+
+def _fire_times(job_ids: list[str], specs: Sequence[JobSpec]) -> list[int]:
+    """The first fire time of each job (ms): its spec's, or spread by its id (a jitter, an H)."""
+    return [first_fire_ms(job_id, spec)
+            if spec.options.jitter_ms or spec.hashed_after_ms is not None else spec.fire_at_ms
+            for job_id, spec in zip(job_ids, specs, strict=True)]
 
 
 def _set_calendars(job_ids: list[str], specs: Sequence[JobSpec]) -> None:
@@ -400,17 +564,26 @@ def _copy_jobs(tenant_id: uuid.UUID | str, job_ids: list[str], specs: Sequence[J
     COPY treats specially; every other column is validated to be free of them.
     """
     plan = _copy_plan(keys is not None)
-    constants = "\t".join([str(tenant_id), JobStatus.ACTIVE.value,
-                            *(copy_text(value) for value in plan.defaults)])
-    # A row's key goes in front of the constants: its column follows the options'.
-    line_ends: str | list[str] = constants if keys is None else [
-        f"{NULL if key is None else escape(key)}\t{constants}" for key in keys]
+    constants = _constants(tenant_id, plan)
+    line_ends = constants if keys is None else _keyed_line_ends(keys, constants)
     copy_rows(plan.sql, (
         _copy_lines(job_ids[start:start + COPY_CHUNK], specs[start:start + COPY_CHUNK],
                     fire_ms[start:start + COPY_CHUNK],
                     line_ends if keys is None else line_ends[start:start + COPY_CHUNK])
         for start in range(0, len(specs), COPY_CHUNK)
     ))
+
+
+def _constants(tenant_id: uuid.UUID | str, plan: _CopyPlan) -> str:
+    """The COPY text every line of the tenant's jobs ends with (after a key, if any)."""
+    return "\t".join([str(tenant_id), JobStatus.ACTIVE.value,
+                      *(copy_text(value) for value in plan.defaults)])
+
+
+def _keyed_line_ends(keys: Sequence[str | None], constants: str) -> list[str]:
+    """Each line's end when the rows carry a key: the key goes in front of the constants (its
+    column follows the options')."""
+    return [f"{NULL if key is None else escape(key)}\t{constants}" for key in keys]
 
 
 def _copy_lines(job_ids: list[str], specs: Sequence[JobSpec], fire_ms: list[int],
