@@ -22,6 +22,11 @@ started one does in its first seconds stays visible.
 ``--history-rows`` puts that many finished executions of the last ``--history-days`` days in
 the table first (each past day in its own partition, today's share in today's), to show what a
 table holding a platform's history costs the dispatch path; they are dropped at the end.
+
+``--rollups off`` starts the beat replicas and the worker with ``CHRONO_BENCH_ROLLUPS_OFF=1``
+(:data:`scheduler.rollups.BENCH_ROLLUPS_OFF`, a benchmark's switch, not a production option):
+they then count nothing for the dashboard, so runs with ``on`` and ``off``, alternated, measure
+what the rollups cost the beat and the worker per job (issue 13).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from bench.platform import bench_platform, lateness_report
 from localservices.processes import wait_until
 from scheduler import partitions
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.rollups import BENCH_ROLLUPS_OFF
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -66,6 +72,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="finished executions in the table during the run, spread over "
                              "the last --history-days days (dropped at the end)")
     parser.add_argument("--history-days", type=float, default=3.0)
+    parser.add_argument("--rollups", default="on", choices=["on", "off"],
+                        help="off: the beat and worker count nothing for the dashboard "
+                             f"({BENCH_ROLLUPS_OFF}=1, benchmarks only), to compare with on")
     return parser.parse_args(argv)
 
 
@@ -117,6 +126,8 @@ def _history(rows: int, days: float) -> Iterator[int]:
 def run(argv: list[str]) -> dict[str, object]:
     args = parse_args(argv)
     dispatch_cpus, worker_cpus = _pinning(args.pin)
+    # The processes the platform starts inherit this process's environment.
+    os.environ[BENCH_ROLLUPS_OFF] = "1" if args.rollups == "off" else "0"
     with (bench_platform("dispatch") as platform,
           _history(args.history_rows, args.history_days) as history_rows,
           processes_on_cpus(rabbitmq_pids() if args.pin else [], dispatch_cpus)):
@@ -162,6 +173,7 @@ def run(argv: list[str]) -> dict[str, object]:
         "offered_rate_per_s": args.rate,
         "replicas": args.replicas,
         "history_rows": history_rows,
+        "rollups": args.rollups,
         "worker": None if args.no_worker else f"{args.worker_pool} x{args.worker_concurrency}",
         "worker_nice": args.worker_nice,
         "pinned": ({"beat_and_rabbitmq_cpus": sorted(dispatch_cpus),

@@ -47,6 +47,12 @@ ALL_TENANTS = "00000000-0000-0000-0000-000000000000"
 ALL_TASKS = "*"
 FLUSH_INTERVAL_S = 1.0
 MINUTE_MS = 60_000
+# Benchmarks only, not a production option: ``chrono bench dispatch --rollups off`` sets it to
+# ``1`` in the beat and worker processes it starts, which then count nothing (and so write no
+# rollup rows), so that runs with and without the rollups, alternated, measure what counting
+# costs each job on the dispatch path (issue 13: at most 5 % of the beat's and worker's CPU).
+# A process started with it shows none of its work on the dashboard.
+BENCH_ROLLUPS_OFF = "CHRONO_BENCH_ROLLUPS_OFF"
 
 
 def bucket_of(value_ms: float) -> int:
@@ -150,6 +156,29 @@ class Accumulator:
                     merge_counts(self._counts.setdefault(key, Counts()), value)
 
 
+class _CountsNothing(Accumulator):
+    """The accumulator of a process started with :data:`BENCH_ROLLUPS_OFF` (benchmarks only)."""
+
+    def note_dispatched(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def note_started(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def note_finished(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def new_accumulator() -> Accumulator:
+    """A process's accumulator: one that counts nothing when :data:`BENCH_ROLLUPS_OFF` is
+    ``1`` (a benchmark's run without the rollups), the real one when it is unset, empty or
+    ``0``."""
+    value = os.environ.get(BENCH_ROLLUPS_OFF, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{BENCH_ROLLUPS_OFF} must be 1 (count nothing) or 0, not {value!r}")
+    return _CountsNothing() if value == "1" else Accumulator()
+
+
 def merge_counts(into: Counts, other: Counts) -> Counts:
     into.dispatched += other.dispatched
     into.started += other.started
@@ -244,7 +273,7 @@ class RollupWriter:
         if self._pid != os.getpid():
             with self._start_lock:
                 if self._pid != os.getpid():
-                    self.accumulator = Accumulator()
+                    self.accumulator = new_accumulator()
                     threading.Thread(target=self._run, name="chrono-rollups",
                                      daemon=True).start()
                     atexit.register(self.flush)

@@ -7,11 +7,13 @@ import pytest
 from scheduler.rollups import (
     ALL_TASKS,
     ALL_TENANTS,
+    BENCH_ROLLUPS_OFF,
     BUCKET_BOUNDS_MS,
     BUCKETS,
     Accumulator,
     Counts,
     bucket_of,
+    new_accumulator,
     quantile_ms,
 )
 
@@ -85,3 +87,29 @@ def test_counts_put_back_after_a_failed_write_are_not_doubled_in_the_total():
 def test_counts_start_empty():
     counts = Counts()
     assert len(counts.duration) == BUCKETS and not any(counts.duration)
+
+
+def _noted(acc: Accumulator) -> dict:
+    acc.note_dispatched(MINUTE * 10, "t1", "a", lateness_ms=3)
+    acc.note_started(MINUTE * 10, "t1", "a", lateness_ms=7)
+    acc.note_finished(MINUTE * 10 + 1, "t1", "a", succeeded=True, duration_ms=5)
+    return acc.drain()
+
+
+def test_without_the_bench_switch_a_process_accumulator_counts(monkeypatch):
+    monkeypatch.delenv(BENCH_ROLLUPS_OFF, raising=False)
+    counts = _noted(new_accumulator())[(MINUTE * 10, "t1", "a")]
+    assert (counts.dispatched, counts.started, counts.succeeded) == (1, 1, 1)
+    monkeypatch.setenv(BENCH_ROLLUPS_OFF, "0")
+    assert _noted(new_accumulator())[(MINUTE * 10, ALL_TENANTS, ALL_TASKS)].dispatched == 1
+
+
+def test_with_the_bench_switch_a_process_accumulator_counts_nothing(monkeypatch):
+    monkeypatch.setenv(BENCH_ROLLUPS_OFF, "1")
+    assert _noted(new_accumulator()) == {}
+
+
+def test_a_bench_switch_other_than_0_or_1_is_refused(monkeypatch):
+    monkeypatch.setenv(BENCH_ROLLUPS_OFF, "yes")
+    with pytest.raises(ValueError, match="CHRONO_BENCH_ROLLUPS_OFF must be 1"):
+        new_accumulator()
