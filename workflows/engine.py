@@ -93,6 +93,7 @@ from workflows.runs import (
     Dispatch,
     Evaluation,
     Event,
+    Reason,
     RetryDue,
     RetryFromFailure,
     RunStarted,
@@ -269,29 +270,16 @@ def start_run(name: str, *, tenant: Tenant | uuid.UUID | str, run_input: Any = N
                 return existing
         stored = _version(tenant_id, name, version)
         definition = definition_of(stored)
-        with connection.cursor() as cursor:  # admission of one name's runs, one at a time
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                           [f"workflow-run:{tenant_id}:{name}"])
-        now = now_ms()
-        state = RunState.new(definition, run_input, now_ms=now)
-        run = WorkflowRun(
-            tenant_id=tenant_id, definition=stored, name=name, input=run_input,
-            state=state_to_json(state), idempotency_key=idempotency_key,
-            queue=queue or get_config().default_queue, created_by=by,
-            parent_run_id=parent_run_id, parent_step=parent_step,
-            status=WorkflowRunStatus.RUNNING, started_at=ms_to_datetime(now),
-            deadline_at=None if state.deadline_ms is None else ms_to_datetime(state.deadline_ms),
-        )
+        _lock_admissions(tenant_id, {name})  # admission of one name's runs, one at a time
         active = WorkflowRun.objects.filter(tenant_id=tenant_id, name=name,
                                             status__in=ACTIVE_RUN_STATUSES).count()
-        waiting = admission(definition, active)
-        if waiting is not None:
-            run.status, run.reason, run.started_at = WorkflowRunStatus.QUEUED, \
-                reason_to_json(waiting), None
+        now = now_ms()
+        run, state, waiting = _new_run(
+            tenant_id, stored, definition, RunRequest(name, run_input, idempotency_key, version,
+                                                      queue),
+            by=by, now=now, active=active, parent_run_id=parent_run_id, parent_step=parent_step)
         run.save()
-        _audit_run(run, audit.WORKFLOW_RUN_STARTED, by,
-                   f"Workflow run {run.run_id} of {name} v{stored.version} "
-                   + ("queued: " + waiting.text if waiting else "started"))
+        _audit_run(run, audit.WORKFLOW_RUN_STARTED, by, _started_message(run, waiting))
         if waiting is None:
             _carry_out(run, definition, [evaluate(definition, state, RunStarted(), now_ms=now)])
     return run
@@ -343,7 +331,6 @@ def start_runs(requests: Sequence[RunRequest], *, tenant: Tenant | uuid.UUID | s
             tenant_id=tenant_id, name__in={r.name for r in requests},
             status__in=ACTIVE_RUN_STATUSES).values_list("name").annotate(n=Count("run_id"))
             .order_by())
-        default_queue = get_config().default_queue
         now = now_ms()
         runs: list[WorkflowRun] = []
         new: list[tuple[WorkflowRun, WorkflowDefinition, RunState, Any]] = []
@@ -353,35 +340,50 @@ def start_runs(requests: Sequence[RunRequest], *, tenant: Tenant | uuid.UUID | s
                 continue
             version = stored[(request.name, request.version)]
             definition = definition_of(version)
-            state = RunState.new(definition, request.run_input, now_ms=now)
-            waiting = admission(definition, active.get(request.name, 0))
-            run = WorkflowRun(
-                tenant_id=tenant_id, definition=version, name=request.name,
-                input=request.run_input, state=state_to_json(state),
-                idempotency_key=request.idempotency_key,
-                queue=request.queue or default_queue, created_by=by,
-                status=WorkflowRunStatus.RUNNING, started_at=ms_to_datetime(now),
-                deadline_at=(None if state.deadline_ms is None
-                             else ms_to_datetime(state.deadline_ms)))
+            run, state, waiting = _new_run(tenant_id, version, definition, request, by=by,
+                                           now=now, active=active.get(request.name, 0))
             if waiting is None:
                 active[request.name] = active.get(request.name, 0) + 1
-            else:
-                run.status, run.reason, run.started_at = WorkflowRunStatus.QUEUED, \
-                    reason_to_json(waiting), None
             if request.idempotency_key is not None:
                 by_key[request.idempotency_key] = run
             runs.append(run)
             new.append((run, definition, state, waiting))
         WorkflowRun.objects.bulk_create([run for run, *_ in new])
-        audits = [_run_audit(run, audit.WORKFLOW_RUN_STARTED, by,
-                             f"Workflow run {run.run_id} of {run.name} v{run.definition.version} "
-                             + ("queued: " + waiting.text if waiting else "started"))
+        audits = [_run_audit(run, audit.WORKFLOW_RUN_STARTED, by, _started_message(run, waiting))
                   for run, _, _, waiting in new]
         _carry_out_many([(run, definition, [evaluate(definition, state, RunStarted(),
                                                      now_ms=now)])
                          for run, definition, state, waiting in new if waiting is None],
                         audits=audits)
     return runs
+
+
+def _new_run(tenant_id: uuid.UUID, stored: WorkflowDefinitionVersion,
+             definition: WorkflowDefinition, request: RunRequest, *, by: str, now: int,
+             active: int, parent_run_id: uuid.UUID | None = None, parent_step: str = "",
+             ) -> tuple[WorkflowRun, RunState, Reason | None]:
+    """A new run of ``request`` (not saved), its first state, and why it waits QUEUED (None:
+    it starts now), given the ``active`` runs of its workflow (the caller holds the admission
+    lock of its name)."""
+    state = RunState.new(definition, request.run_input, now_ms=now)
+    run = WorkflowRun(
+        tenant_id=tenant_id, definition=stored, name=request.name, input=request.run_input,
+        state=state_to_json(state), idempotency_key=request.idempotency_key,
+        queue=request.queue or get_config().default_queue, created_by=by,
+        parent_run_id=parent_run_id, parent_step=parent_step,
+        status=WorkflowRunStatus.RUNNING, started_at=ms_to_datetime(now),
+        deadline_at=None if state.deadline_ms is None else ms_to_datetime(state.deadline_ms),
+    )
+    waiting = admission(definition, active)
+    if waiting is not None:
+        run.status, run.reason, run.started_at = WorkflowRunStatus.QUEUED, \
+            reason_to_json(waiting), None
+    return run, state, waiting
+
+
+def _started_message(run: WorkflowRun, waiting: Reason | None) -> str:
+    return (f"Workflow run {run.run_id} of {run.name} v{run.definition.version} "
+            + ("queued: " + waiting.text if waiting else "started"))
 
 
 def _version(tenant_id: uuid.UUID, name: str, version: int | None) -> WorkflowDefinitionVersion:
