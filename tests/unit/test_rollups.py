@@ -12,6 +12,7 @@ from scheduler.rollups import (
     BUCKETS,
     Accumulator,
     Counts,
+    RollupWriter,
     bucket_of,
     new_accumulator,
     quantile_ms,
@@ -82,6 +83,26 @@ def test_counts_put_back_after_a_failed_write_are_not_doubled_in_the_total():
     assert drained[(0, "t1", "a")].started == 1
     assert drained[(0, ALL_TENANTS, "a")].started == 1
     assert drained[(0, "t1", ALL_TASKS)].started == 1
+
+
+def test_a_flush_that_fails_outside_postgresql_keeps_the_counts_for_the_next(monkeypatch):
+    # The writer thread once died on an error that was not a DatabaseError (pytest-django
+    # refusing its connection), and the process counted nothing more for the rest of its life.
+    writes: list[dict] = []
+
+    def write(drained: dict) -> None:
+        if not writes:
+            writes.append({})
+            raise RuntimeError("Database access not allowed")
+        writes.append(drained)
+
+    monkeypatch.setattr("scheduler.rollups.write_counts", write)
+    writer = RollupWriter()
+    writer.accumulator.note_started(0, "t1", "a", lateness_ms=1)
+    writer.flush()  # fails: kept, nothing raised
+    writer.flush()
+    assert len(writes) == 2
+    assert writes[1][(0, "t1", "a")].started == 1
 
 
 def test_counts_start_empty():
