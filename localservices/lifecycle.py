@@ -39,7 +39,7 @@ from localservices.base import (
 from localservices.clusters import CLUSTER_KINDS, cluster_command
 from localservices.config import ServicesConfig
 from localservices.errors import PortBusyError, ServiceError, ServiceStartError
-from localservices.packages import ensure_packages
+from localservices.packages import disable_distribution_units, ensure_packages
 from localservices.postgresql import PostgresService
 from localservices.rabbitmq import RabbitMQService
 from localservices.redis import RedisService
@@ -177,12 +177,19 @@ def up(*, config: ServicesConfig | None = None, progress_drawn: bool = True) -> 
     services = registered_services(config, progress_drawn=progress_drawn)
     if all(secured(service) for service in services):
         log.info("all services already answer, with credentials")
+        _disable_distribution_units(services)
         return
     ensure_packages([package for service in services for package in service.packages],
                     progress_drawn=progress_drawn)
+    _disable_distribution_units(services)
     make_traversable(config.data_dir)
     for service in services:
         bring_up(service)
+
+
+def _disable_distribution_units(services: list[Service]) -> None:
+    disable_distribution_units([service.debian_service for service in services
+                                if service.debian_service])
 
 
 def down(*, config: ServicesConfig | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ APT_GET = "apt-get"
 APT_TIMEOUT_S = 1200.0
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 APT_LISTS_GLOB = "/var/lib/apt/lists/*_Packages*"
+SYSTEMCTL = "systemctl"
 
 
 def _missing_packages(packages: Sequence[str]) -> list[str]:
@@ -91,3 +93,24 @@ def ensure_packages(packages: Sequence[str], *, progress_drawn: bool = True) -> 
             f"apt-get could not install {', '.join(missing)}:\n{output_tail(result)}"
         )
 
+
+
+def disable_distribution_units(units: Sequence[str]) -> None:
+    """Keep the distribution's own instances of the servers (``postgresql``, ``redis-server``,
+    ``rabbitmq-server``), which their packages enable when installed, from starting at the next
+    boot and taking Chrono's ports: their systemd units are disabled. Nothing is done without
+    systemctl or root, or for a unit that is not enabled; ``systemctl enable UNIT`` undoes it.
+    A unit systemctl cannot disable is logged and left: Chrono's ``up`` still evicts an instance
+    holding its ports (:mod:`localservices.lifecycle`)."""
+    if shutil.which(SYSTEMCTL) is None or os.geteuid() != 0:
+        return
+    for unit in units:
+        if run_command([SYSTEMCTL, "is-enabled", unit]).stdout.strip() != "enabled":
+            continue
+        result = run_command([SYSTEMCTL, "disable", "--quiet", unit])
+        if result.returncode == 0:
+            log.info("disabled the distribution's %s unit, so that it does not take Chrono's "
+                     "ports at the next boot (`systemctl enable %s` undoes it)", unit, unit)
+        else:
+            log.warning("could not disable the distribution's %s unit: %s", unit,
+                        output_tail(result))

@@ -95,6 +95,20 @@ def test_up_leaves_instances_that_answer_alone(config, service_by_name):
     assert {name: service.pid() for name, service in service_by_name.items()} == pids_before
 
 
+def test_up_disables_the_distributions_own_units_so_they_cannot_take_the_ports_at_boot(
+        config, service_by_name):
+    # Debian's postgresql, redis-server and rabbitmq-server packages enable their own units when
+    # installed; at the next boot those would start first and hold Chrono's ports.
+    units = [service.debian_service for service in service_by_name.values()
+             if service.debian_service]
+    assert units == ["postgresql", "redis-server", "rabbitmq-server"]
+    localservices.up(config=config)
+    for unit in units:
+        state = subprocess.run(["systemctl", "is-enabled", unit], capture_output=True,
+                               text=True, check=False).stdout.strip()
+        assert state == "disabled", (unit, state)
+
+
 def test_every_service_listens_on_loopback_only(service_by_name):
     for service in service_by_name.values():
         for port in service.ports:
