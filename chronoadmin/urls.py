@@ -14,7 +14,7 @@ from drf_spectacular.views import (
 from chronoadmin.dashboard import dashboard_data_view, dashboard_view
 from chronoadmin.health import health_view, live_view
 from chronoadmin.metrics import metrics_view
-from search.api import AuditSearchView
+from search.api import AuditSearchView, LogSearchView
 from search.views import audit_admin_view
 
 urlpatterns = [
@@ -27,6 +27,7 @@ urlpatterns = [
     re_path(r"^health/live/?$", live_view, name="chrono-live"),
     path("metrics", metrics_view, name="chrono-metrics"),
     path("api/v1/audit/", AuditSearchView.as_view(), name="audit-search"),
+    path("api/v1/logs/", LogSearchView.as_view(), name="logs-search"),
     path("api/v1/", include("chronoadmin.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -12,19 +12,27 @@ Both are scoped by tenant (:class:`chronocore.staff.TenantScopedAdmin`): a tenan
 their tenant's jobs and executions and nothing else (another tenant's id answers 404, on every
 page and button), and act on them (the buttons, the list's actions, retry) with the operator
 role; a failure's traceback is for platform staff only, as in the REST API.
+
+An execution's page shows its log lines and, while it runs, follows them: its script
+(``scheduler/static/scheduler/execution_logs.js``, no inline script, so a ``script-src 'self'``
+policy lets it run) asks the page's ``logs/`` endpoint for the lines after the last one shown
+every 1.5 s, until the execution is final and nothing more came.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from chronocore.config import get_config
@@ -35,6 +43,7 @@ from scheduler.clock import now_ms
 from scheduler.errors import InvalidJob, JobNotFound, SchedulerError
 from scheduler.fire_times import fire_time_rows, upcoming_fire_ms
 from scheduler.intervals import describe_period
+from scheduler.lifecycle import IN_FLIGHT
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus, JobWatch
 from scheduler.specs import stored_schedule
 from search.api import (
@@ -264,6 +273,10 @@ def job_page_context(request: HttpRequest, job: Job) -> dict[str, object]:
 
 
 LOG_LINES_SHOWN = 500
+LOG_FILTERS = ("log_attempt", "log_level", "log_q", "log_cursor")
+# An execution that ended this recently is still followed: its last lines reach the engine
+# about 2 s after they were logged (flush 1 s, the shipper's poll, the stream's 1 s refresh).
+LOG_SETTLE = timedelta(seconds=10)
 
 
 def audit_rows(filters: dict[str, str], tenant_id) -> tuple[list[dict[str, object]], str]:
@@ -291,29 +304,69 @@ def execution_log_lines(execution: Execution, params, *, platform: bool) -> dict
     ``q`` and ``cursor`` do the API's), with the reason there are none when the engine did not
     answer or a filter is wrong."""
     filters = {name.removeprefix("log_"): value for name, value in params.items()
-               if name in ("log_attempt", "log_level", "log_q", "log_cursor")}
+               if name in LOG_FILTERS}
     try:
-        query = parse_log_query(filters, execution_id=str(execution.execution_id),
-                                tenant_id=str(execution.tenant_id),
-                                default_page_size=LOG_LINES_SHOWN, max_page_size=LOG_LINES_SHOWN)
-        if not platform:  # a tenant's staff: stack traces are for platform staff
-            query = replace(query, hidden_fields=HIDDEN_FROM_TENANTS)
-        page = run_log_search(query, config=get_config())  # a Django view: the process edge
-    except InvalidAuditQuery as exc:
-        problems = "; ".join(f"log_{name}: {' '.join(errors)}"
-                             for name, errors in exc.errors.items())
-        return {"log_lines": [], "log_error": problems, "log_filters": filters,
-                "log_levels": LOG_LEVELS}
-    except SearchEngineUnavailable as exc:
-        return {"log_lines": [], "log_error": str(exc.detail), "log_filters": filters,
+        page = _log_page(execution, filters, platform=platform)
+    except (InvalidAuditQuery, SearchEngineUnavailable) as exc:
+        return {"log_lines": [], "log_error": _log_problem(exc), "log_filters": filters,
                 "log_levels": LOG_LEVELS}
     next_link = ""
     if page.next_cursor:
         following = params.copy()
         following["log_cursor"] = page.next_cursor
         next_link = f"?{following.urlencode()}#execution-logs"
+    follow_url = reverse("admin:scheduler_execution_logs", args=[execution.execution_id])
+    follow_filters = {name: value for name, value in params.items()
+                      if name in LOG_FILTERS and name != "log_cursor"}
+    if follow_filters:
+        follow_url += f"?{urlencode(follow_filters)}"
     return {"log_lines": page.lines, "log_error": "", "log_total": page.total,
-            "log_next": next_link, "log_filters": filters, "log_levels": LOG_LEVELS}
+            "log_next": next_link, "log_filters": filters, "log_levels": LOG_LEVELS,
+            # Followed live from the last page only ("More lines" pages the others).
+            "log_live": not page.next_cursor and log_is_live(execution),
+            "log_follow_cursor": page.follow_cursor or "",
+            "log_follow_url": follow_url}
+
+
+def execution_log_follow(execution: Execution, params, *, platform: bool) -> tuple[dict, int]:
+    """The answer of the execution page's ``logs/`` endpoint, which its script polls: the
+    lines after ``log_cursor`` (with the page's filters), the cursor to ask with next, the
+    execution's status and whether to keep asking; with its HTTP status."""
+    filters = {name.removeprefix("log_"): value for name, value in params.items()
+               if name in LOG_FILTERS}
+    try:
+        page = _log_page(execution, filters, platform=platform)
+    except InvalidAuditQuery as exc:
+        return {"error": _log_problem(exc)}, 400
+    except SearchEngineUnavailable as exc:
+        return {"error": _log_problem(exc)}, 503
+    return {"status": execution.status, "live": log_is_live(execution),
+            "lines": page.lines, "total": page.total, "more": page.next_cursor is not None,
+            "follow": page.follow_cursor or filters.get("cursor") or ""}, 200
+
+
+def log_is_live(execution: Execution) -> bool:
+    """Whether lines of the execution may still come: it waits or runs, or ended a moment
+    ago (its last lines are on their way to the engine)."""
+    if execution.status in IN_FLIGHT:
+        return True
+    ended = execution.finished_at
+    return ended is not None and timezone.now() - ended < LOG_SETTLE
+
+
+def _log_page(execution: Execution, filters: dict[str, str], *, platform: bool):
+    query = parse_log_query(filters, execution_id=str(execution.execution_id),
+                            tenant_id=str(execution.tenant_id),
+                            default_page_size=LOG_LINES_SHOWN, max_page_size=LOG_LINES_SHOWN)
+    if not platform:  # a tenant's staff: stack traces are for platform staff
+        query = replace(query, hidden_fields=HIDDEN_FROM_TENANTS)
+    return run_log_search(query, config=get_config())  # a Django view: the process edge
+
+
+def _log_problem(exc: InvalidAuditQuery | SearchEngineUnavailable) -> str:
+    if isinstance(exc, InvalidAuditQuery):
+        return "; ".join(f"log_{name}: {' '.join(errors)}" for name, errors in exc.errors.items())
+    return str(exc.detail)
 
 
 def job_history(job: Job) -> dict[str, object]:
@@ -381,8 +434,17 @@ class ExecutionAdmin(TenantScopedAdmin):
             path("<uuid:execution_id>/retry/",
                  self.admin_site.admin_view(require_POST(self.retry_view)),
                  name="scheduler_execution_retry"),
+            path("<uuid:execution_id>/logs/", self.admin_site.admin_view(self.logs_view),
+                 name="scheduler_execution_logs"),
             *super().get_urls(),
         ]
+
+    def logs_view(self, request: HttpRequest, execution_id) -> JsonResponse:
+        """The lines logged after ``log_cursor``, as JSON, for the page's live view."""
+        execution = self.scoped_object_or_404(request, execution_id=execution_id)
+        body, status = execution_log_follow(execution, request.GET,
+                                            platform=scope_of(request.user).platform)
+        return JsonResponse(body, status=status)
 
     def retry_view(self, request: HttpRequest, execution_id) -> HttpResponse:
         """The "Retry this execution" button: :func:`scheduler.api.retry_execution`."""

@@ -21,6 +21,11 @@ Off the hot path: the task's thread only formats the record's message (its argum
 afterwards) and appends a tuple to a deque; a flusher thread per process encodes the documents,
 appends them to the spool every ``execution_log_flush_interval_ms`` and fsyncs. A process killed
 with SIGKILL loses what it had not flushed: at most that interval's lines.
+
+Counted (:class:`CaptureCounters`, per process): the lines the flusher took and the bytes it
+wrote, what was dropped and why. The flusher hands what changed to the worker's Prometheus
+series after each flush (:func:`scheduler.metrics.count_log_capture`), so the task's thread
+adds nothing per line (a drop takes one uncontended lock).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from scheduler import metrics
 from search.log_stream import base_document, document_id
 from search.spool import SpoolWriter, writer_id
 
@@ -72,6 +78,36 @@ class AttemptLog:
         return next(self._sequence)  # atomic under the GIL, whichever thread logs
 
 
+# Why a line was not written to the spool.
+DROP_ATTEMPT_LIMIT = "attempt_limit"  # over execution_log_max_bytes of its attempt
+DROP_BUFFER_FULL = "buffer_full"  # over execution_log_buffer_bytes of the process
+DROP_SPOOL_WRITE = "spool_write"  # the spool could not be written (disk full, permissions)
+DROP_REASONS = (DROP_ATTEMPT_LIMIT, DROP_BUFFER_FULL, DROP_SPOOL_WRITE)
+
+
+@dataclass
+class CaptureCounters:
+    """What one process's capture did since it started: lines the flusher took (``captured``),
+    bytes it wrote to the spool, and lines and bytes dropped by reason."""
+
+    captured_lines: int = 0
+    spooled_bytes: int = 0
+    dropped_lines: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+    dropped_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+
+    def copy(self) -> CaptureCounters:
+        return CaptureCounters(self.captured_lines, self.spooled_bytes, dict(self.dropped_lines),
+                               dict(self.dropped_bytes))
+
+    def since(self, earlier: CaptureCounters) -> CaptureCounters:
+        """What changed from ``earlier`` to these."""
+        return CaptureCounters(
+            self.captured_lines - earlier.captured_lines,
+            self.spooled_bytes - earlier.spooled_bytes,
+            {r: n - earlier.dropped_lines[r] for r, n in self.dropped_lines.items()},
+            {r: n - earlier.dropped_bytes[r] for r, n in self.dropped_bytes.items()})
+
+
 _current: contextvars.ContextVar[AttemptLog | None] = contextvars.ContextVar(
     "chrono_attempt_log", default=None)
 
@@ -89,6 +125,9 @@ class LogBuffer:
         self.entries: deque[tuple] = deque()
         self.pending_bytes = 0
         self.write_failures = 0
+        self.counters = CaptureCounters()
+        self._published = CaptureCounters()
+        self._drop_lock = threading.Lock()
         self._writer: SpoolWriter | None = None
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -110,6 +149,12 @@ class LogBuffer:
         if self._thread is None:
             self._start()
 
+    def dropped(self, reason: str, size: int, lines: int = 1) -> None:
+        """Count ``lines`` lines (``size`` bytes) dropped for ``reason`` (any thread)."""
+        with self._drop_lock:
+            self.counters.dropped_lines[reason] += lines
+            self.counters.dropped_bytes[reason] += size
+
     def flush(self) -> int:
         """Write what waits to the spool and fsync it; lines written."""
         with self._flush_lock:
@@ -117,12 +162,15 @@ class LogBuffer:
             if not count:
                 return 0
             payload, size = self._encode(count)
+            self.counters.captured_lines += count
             try:
                 writer = self._spool_writer()
                 writer.write(payload)
                 writer.sync()
+                self.counters.spooled_bytes += len(payload)
             except OSError as exc:
                 self.write_failures += 1
+                self.dropped(DROP_SPOOL_WRITE, size, lines=count)
                 if self.write_failures == 1 or self.write_failures % 1000 == 0:
                     log.error("execution logs: could not write the spool %s (%d lines lost, "
                               "%d failures so far): %r", self.spool_dir, count,
@@ -131,8 +179,19 @@ class LogBuffer:
                 self.pending_bytes -= size
             return count
 
+    def publish(self) -> None:
+        """Hand what the counters gained since the last call to the worker's series."""
+        with self._flush_lock:  # no flush changes them meanwhile, no other publish races
+            with self._drop_lock:
+                now = self.counters.copy()
+            delta, self._published = now.since(self._published), now
+        metrics.count_log_capture(
+            captured_lines=delta.captured_lines, spooled_bytes=delta.spooled_bytes,
+            dropped_lines=delta.dropped_lines, dropped_bytes=delta.dropped_bytes)
+
     def close(self) -> None:
         self.flush()
+        self.publish()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -142,6 +201,9 @@ class LogBuffer:
         writer's file and flusher thread are not the child's."""
         self.entries = deque()
         self.pending_bytes = 0
+        self.counters = CaptureCounters()
+        self._published = CaptureCounters()
+        self._drop_lock = threading.Lock()
         if self._writer is not None and self._writer._fd is not None:
             os.close(self._writer._fd)
         self._writer = None
@@ -162,6 +224,7 @@ class LogBuffer:
             self._wake.wait(self.flush_interval_s)
             try:
                 self.flush()
+                self.publish()
             except Exception:  # noqa: BLE001 - the flusher must outlive any one bad line
                 log.exception("execution logs: a flush failed")
 
@@ -266,6 +329,7 @@ class RoutingHandler(logging.Handler):
         if attempt_log.kept_bytes + size > self.max_bytes:
             attempt_log.dropped_lines += 1
             attempt_log.dropped_bytes += size
+            self.buffer.dropped(DROP_ATTEMPT_LIMIT, size)
             return
         entry = (attempt_log, attempt_log.next_sequence(), record.created,
                  record.levelname.lower(), record.name, message, error, record.threadName,
@@ -275,6 +339,7 @@ class RoutingHandler(logging.Handler):
         else:
             attempt_log.dropped_lines += 1
             attempt_log.dropped_bytes += size
+            self.buffer.dropped(DROP_BUFFER_FULL, size)
 
     def closing_line(self, attempt_log: AttemptLog) -> None:
         """The attempt's last line when something was dropped (past every bound: it is what

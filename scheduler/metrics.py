@@ -9,11 +9,13 @@ Two kinds of series, by what they cost the hot path:
 * **counts read at scrape time** from the counters the beat already keeps
   (:class:`scheduler.beat.BeatCounters`) by :class:`BeatCollector`: nothing at all per job.
 
-The worker's executions by outcome are one counter increment per run. In a prefork worker the
-runs happen in the pool's children: ``chrono worker --metrics-port`` then switches
-prometheus_client to its multiprocess mode (each process writes its values to a file in a
-directory of its own, the parent adds them up when scraped) before this module is imported
-(:mod:`scheduler.multiprocess_metrics`).
+The worker's executions by outcome are one counter increment per run. The capture of
+execution logs counts per process and its flusher thread adds what changed to the
+``chrono_worker_log_*`` series after each flush (:func:`count_log_capture`): nothing per line.
+In a prefork worker the runs happen in the pool's children: ``chrono worker
+--metrics-port`` then switches prometheus_client to its multiprocess mode (each process writes
+its values to a file in a directory of its own, the parent adds them up when scraped) before
+this module is imported (:mod:`scheduler.multiprocess_metrics`).
 
 Latencies are in seconds, as Prometheus' conventions want; the buckets' bounds include the
 100 ms of the firing-accuracy target.
@@ -65,6 +67,44 @@ OUTCOMES = ("succeeded", "retrying", "dead_lettered", "failed", "cancelled", "re
 _OUTCOME_COUNTERS = {outcome: EXECUTIONS.labels(outcome) for outcome in OUTCOMES}
 _OUTCOME_OF_STATUS = {"RETRY_WAIT": "retrying", "DEAD_LETTERED": "dead_lettered",
                       "FAILED": "failed"}
+
+
+# The capture of execution logs (scheduler.log_capture), per worker process.
+LOG_LINES_CAPTURED = Counter(
+    "chrono_worker_log_lines_captured",
+    "Log lines of tasks captured for their attempt and handed to the spool writer.",
+)
+LOG_SPOOLED_BYTES = Counter(
+    "chrono_worker_log_spooled_bytes",
+    "Bytes of log documents appended (and fsynced) to this host's spool.",
+)
+LOG_DROPPED_LINES = Counter(
+    "chrono_worker_log_dropped_lines",
+    "Log lines of tasks not kept, by reason: attempt_limit (over the per-attempt cap), "
+    "buffer_full (over the process's buffer), spool_write (the spool could not be written).",
+    ["reason"],
+)
+LOG_DROPPED_BYTES = Counter(
+    "chrono_worker_log_dropped_bytes",
+    "Estimated bytes of the log lines not kept, by reason (as chrono_worker_log_dropped_lines).",
+    ["reason"],
+)
+LOG_DROP_REASONS = ("attempt_limit", "buffer_full", "spool_write")
+_DROPPED_LINES = {reason: LOG_DROPPED_LINES.labels(reason) for reason in LOG_DROP_REASONS}
+_DROPPED_BYTES = {reason: LOG_DROPPED_BYTES.labels(reason) for reason in LOG_DROP_REASONS}
+
+
+def count_log_capture(*, captured_lines: int, spooled_bytes: int,
+                      dropped_lines: dict[str, int], dropped_bytes: dict[str, int]) -> None:
+    """Add what a process's log capture did since its last call (its flusher thread)."""
+    if captured_lines:
+        LOG_LINES_CAPTURED.inc(captured_lines)
+    if spooled_bytes:
+        LOG_SPOOLED_BYTES.inc(spooled_bytes)
+    for reason, lines in dropped_lines.items():
+        if lines:
+            _DROPPED_LINES[reason].inc(lines)
+            _DROPPED_BYTES[reason].inc(dropped_bytes[reason])
 
 
 def observe_dispatch_lateness(lateness_ms: Iterable[int]) -> None:

@@ -1,10 +1,12 @@
-"""``GET /api/v1/audit/``: a tenant searches its own audit log.
+"""``GET /api/v1/audit/`` and ``GET /api/v1/logs/``: a tenant searches its own audit log, and
+the log lines of its executions.
 
 The tenant comes from the API key that authenticated the request and is a filter of every query
-(:mod:`search.queries`); no parameter can name another tenant, and another tenant's job or
-execution id simply matches nothing. Documents are returned as they are stored (ECS fields and
-``chrono.*``, see docs/audit.md) but for a failure's stack trace, newest first unless
-``order=asc``, a page at a time.
+(:mod:`search.queries`, :mod:`search.log_queries`); no parameter can name another tenant, and
+another tenant's job or execution id simply matches nothing. Audit documents are returned as
+they are stored (ECS fields and ``chrono.*``, see docs/audit.md) but for a failure's stack
+trace, newest first unless ``order=asc``, a page at a time; log lines as the per-execution
+endpoint shows them, with the execution and job each belongs to.
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ from search.audit import ACTIONS
 from search.client import SearchClient
 from search.errors import SearchNotFound, SearchRequestError, SearchUnavailable
 from search.index_template import AuditStream
-from search.log_queries import LogPage, LogQuery, read_log_page
+from search.log_queries import (
+    LogPage,
+    LogQuery,
+    LogSearch,
+    LogSearchPage,
+    parse_log_search,
+    read_log_page,
+    read_search_page,
+)
+from search.log_stream import LEVELS as LOG_LEVELS
 from search.log_stream import LogStream
 from search.queries import (
     OUTCOMES,
@@ -85,9 +96,19 @@ def run_search(query: AuditQuery, *, config: ChronoConfig, counts: bool = False)
 def run_log_search(query: LogQuery, *, config: ChronoConfig) -> LogPage:
     """One page of an execution's log lines from the execution-log data stream ``config``
     names; raises :class:`SearchEngineUnavailable`."""
+    return read_log_page(query, _search_logs(query.body(), config))
+
+
+def run_tenant_log_search(search: LogSearch, *, config: ChronoConfig) -> LogSearchPage:
+    """One page of a tenant's log lines across its executions; raises
+    :class:`SearchEngineUnavailable`."""
+    return read_search_page(search, _search_logs(search.body(), config))
+
+
+def _search_logs(body: dict, config: ChronoConfig) -> dict:
     stream = LogStream.from_config(config)
     try:
-        reply = search_client(config).search(stream.name, query.body())
+        reply = search_client(config).search(stream.name, body)
     except SearchNotFound:
         reply = {}  # no line shipped yet: the shipper creates the stream at its start
     except SearchUnavailable as exc:
@@ -97,7 +118,7 @@ def run_log_search(query: LogQuery, *, config: ChronoConfig) -> LogPage:
     except SearchRequestError as exc:
         log.error("the engine refused a log search: %s", exc)
         raise SearchEngineUnavailable("The search engine refused the query.") from None
-    return read_log_page(query, reply)
+    return reply
 
 
 _PARAMETERS = [
@@ -171,4 +192,78 @@ class AuditSearchView(APIView):
             "count_is_exact": page.total_is_exact,
             "next": next_url,
             "results": page.documents,
+        })
+
+
+_LOG_SEARCH_PARAMETERS = [
+    OpenApiParameter("job", OpenApiTypes.UUID, description="Only this job's lines."),
+    OpenApiParameter("execution", OpenApiTypes.UUID,
+                     description="Only this execution's lines."),
+    OpenApiParameter("level", OpenApiTypes.STR, enum=list(LOG_LEVELS),
+                     description="Lines at this level and above."),
+    OpenApiParameter("q", OpenApiTypes.STR, description=(
+        "Words to find in the message, the error or the logger's name (simple query syntax: "
+        "\"quoted phrase\", -exclude, prefix*).")),
+    OpenApiParameter("after", OpenApiTypes.DATETIME,
+                     description="Lines logged at or after this time (ISO 8601)."),
+    OpenApiParameter("before", OpenApiTypes.DATETIME,
+                     description="Lines logged before this time (ISO 8601)."),
+    OpenApiParameter("order", OpenApiTypes.STR, enum=["desc", "asc"],
+                     description="desc (newest first, the default) or asc (oldest first)."),
+    OpenApiParameter("page_size", OpenApiTypes.INT),
+    OpenApiParameter("cursor", OpenApiTypes.STR, description="From the previous page's next."),
+]
+_LOG_SEARCH_PAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer",
+                  "description": "Lines matching, counted up to 10,000 (see count_is_exact)."},
+        "count_is_exact": {"type": "boolean"},
+        "next": {"type": "string", "format": "uri", "nullable": True},
+        "results": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": True,
+                      "description": "execution_id, job_id, job_type, timestamp, attempt, "
+                                     "sequence, level, logger, message, error, thread, "
+                                     "worker_id (and dropped_lines, dropped_bytes on the line "
+                                     "saying what was dropped)."},
+        },
+    },
+}
+
+
+class LogSearchView(APIView):
+    """Search the log lines of the tenant's executions: by job, execution, level, time, text."""
+
+    permission_classes = [IsTenantClient]
+    throttle_classes = [TenantRateThrottle]
+
+    @extend_schema(
+        operation_id="logs_search",
+        tags=["executions"],
+        parameters=_LOG_SEARCH_PARAMETERS,
+        responses={200: OpenApiResponse(_LOG_SEARCH_PAGE_SCHEMA), 503: OpenApiResponse(
+            description="The search engine did not answer.")},
+    )
+    def get(self, request: Request) -> Response:
+        config = get_config()  # a DRF view: the process edge
+        try:
+            search = parse_log_search(
+                request.query_params, tenant_id=str(tenant_of(request).tenant_id),
+                default_page_size=config.api_default_page_size,
+                max_page_size=config.api_max_page_size)
+        except InvalidAuditQuery as exc:
+            raise ValidationError(exc.errors) from None
+        page = run_tenant_log_search(replace(search, hidden_fields=HIDDEN_FROM_TENANTS),
+                                     config=config)
+        next_url = None
+        if page.next_cursor:
+            params = request.query_params.copy()
+            params["cursor"] = page.next_cursor
+            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        return Response({
+            "count": page.total,
+            "count_is_exact": page.total_is_exact,
+            "next": next_url,
+            "results": page.lines,
         })

@@ -17,6 +17,12 @@ is in doubt and nothing is looked up.
 
 One shipper per spool directory: it holds ``shipper.lock`` in it (``flock``); a second one on
 the same host waits as a standby.
+
+What it did is counted in :class:`ShipperCounters` (read by the indexer's probe port at scrape
+time, :mod:`search.metrics`); the lag of each batch (its oldest line's ``@timestamp`` to the
+engine's answer) is found without decoding the documents: the capture writes ``@timestamp``
+in one fixed ISO 8601 form, which sorts as text, so one ``find`` and a comparison per line,
+and one parse per batch, give it.
 """
 
 from __future__ import annotations
@@ -27,9 +33,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prometheus_client import Histogram
+
+from chronocore.probe import Progress
 from search.client import BulkOutcome, SearchClient
 from search.errors import SearchError
 from search.log_stream import LogStream, install
@@ -47,25 +57,36 @@ CLEAN_STOP_NAME = "shipper.clean-stop"
 STATS_LOG_INTERVAL_S = 30.0
 MIN_BACKOFF_S = 0.2
 STANDBY_RETRY_S = 5.0
+_TIMESTAMP_KEY = b'"@timestamp":"'
+_TIMESTAMP_CHARS = len("2026-12-01T10:00:00.123Z")
+LAG_BUCKETS_S = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 
 
 @dataclass
 class ShipperCounters:
+    """What one shipper did since it started (written by its thread alone)."""
+
     batches: int = 0
     created: int = 0
     already_indexed: int = 0
     refused: int = 0
+    # A _bulk (or a lookup of ids in doubt) that failed: the engine down, 5xx, a timeout.
     failed_iterations: int = 0
+    # A _bulk the engine answered but not for every line (429 items): sent again.
+    retried_batches: int = 0
     bytes_sent: int = 0
     torn_bytes: int = 0
     malformed_lines: int = 0
+    # The oldest line of the last batch the engine took: its @timestamp to the answer.
+    lag_s: float = 0.0
 
     def summary(self) -> str:
         return (f"batches={self.batches} created={self.created} "
                 f"already_indexed={self.already_indexed} refused={self.refused} "
                 f"bytes_sent={self.bytes_sent} torn_bytes={self.torn_bytes} "
                 f"malformed_lines={self.malformed_lines} "
-                f"failed_iterations={self.failed_iterations}")
+                f"failed_iterations={self.failed_iterations} "
+                f"retried_batches={self.retried_batches} lag_s={self.lag_s:.3f}")
 
 
 @dataclass
@@ -89,6 +110,15 @@ class LogShipper:
         self.spool_dir = Path(spool_dir or config.log_spool_path)
         self.reader = SpoolReader(self.spool_dir, batch_bytes=config.log_shipper_batch_bytes)
         self.counters = ShipperCounters()
+        # Observed once per batch the engine took, with its oldest line's lag; not registered
+        # anywhere: the probe's collector (search.metrics) exposes it with the counters.
+        self.lag = Histogram(
+            "chrono_log_shipper_batch_lag_seconds",
+            "Per batch the engine took: its oldest line's @timestamp (when the task logged it) "
+            "to the engine's answer to the _bulk (searchable within its 1 s refresh).",
+            buckets=LAG_BUCKETS_S, registry=None)
+        # Marked after every batch, empty poll or standby check that went through (/health).
+        self.progress = Progress("shipper", stale_after_ms=stale_after_ms(config))
         self.in_doubt = True  # a predecessor may have sent lines it did not commit
         self._doubt_since = time.monotonic()
         self._stopping = threading.Event()
@@ -101,6 +131,11 @@ class LogShipper:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    @property
+    def active(self) -> bool:
+        """Whether this shipper holds the spool's lock (ships), rather than standing by."""
+        return self._lock_fd is not None
+
     def run(self) -> None:
         """Install the stream, then ship until :meth:`stop`; failures are logged and retried
         with back-off, never raised."""
@@ -110,6 +145,7 @@ class LogShipper:
         while not self.stopping:
             try:
                 if not self._hold_lock():
+                    self.progress.mark()
                     self._stopping.wait(STANDBY_RETRY_S)
                     continue
                 if not installed:
@@ -117,6 +153,7 @@ class LogShipper:
                     installed = True
                     log.info("log shipper shipping %s to %s", self.spool_dir, self.stream.name)
                 report = self.ship_once()
+                self.progress.mark()
             except (SearchError, OSError) as exc:
                 self.counters.failed_iterations += 1
                 log.error("log shipper batch failed, retrying in %.1f s: %r", backoff_s, exc)
@@ -164,12 +201,22 @@ class LogShipper:
             raise
         self.counters.batches += 1
         if retry:
+            self.counters.retried_batches += 1
             self.in_doubt, self._doubt_since = True, time.monotonic()
             return report
+        self._observe_lag(batch.lines)
         self.reader.commit(batch)
         self.in_doubt = False
         report.committed = True
         return report
+
+    def _observe_lag(self, lines: list[tuple[str, bytes]]) -> None:
+        oldest = oldest_timestamp(lines)
+        if oldest is None:
+            return
+        lag_s = max(0.0, time.time() - oldest)
+        self.counters.lag_s = lag_s
+        self.lag.observe(lag_s)
 
     def _send(self, lines: list[tuple[str, bytes]], report: ShipReport) -> bool:
         """One ``_bulk``; whether some line must be sent again (the engine did not take it for
@@ -249,3 +296,30 @@ class LogShipper:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+
+
+def oldest_timestamp(lines: list[tuple[str, bytes]]) -> float | None:
+    """The earliest ``@timestamp`` of ``lines`` (documents as the capture wrote them), in
+    seconds since the epoch; None when no line has one in the capture's form."""
+    oldest = None
+    for _, document in lines:
+        at = document.find(_TIMESTAMP_KEY)
+        if at == -1:
+            continue
+        start = at + len(_TIMESTAMP_KEY)
+        stamp = document[start:start + _TIMESTAMP_CHARS]
+        if oldest is None or stamp < oldest:
+            oldest = stamp
+    if oldest is None:
+        return None
+    try:
+        return datetime.fromisoformat(oldest.decode()).timestamp()
+    except ValueError:
+        return None
+
+
+def stale_after_ms(config: ChronoConfig) -> int:
+    """How long a shipper may go without a batch, an empty poll or a standby check before its
+    /health says 503: its longest back-off after failures plus a standby's wait, at least 10 s
+    of it (as the audit indexer's)."""
+    return max(config.indexer_max_backoff_ms, 10_000) + int(STANDBY_RETRY_S * 1000)

@@ -103,3 +103,21 @@ def log_lines(self, label: str = "", count: int = 5, pause_s: float = 0.0,
         time.sleep(hang_s)
         logger.info("%s woke up", label)
     return count
+
+
+@app.task(name="e2e.log_until_released", bind=True)
+def log_until_released(self, gate: str, timeout_s: float = 60.0) -> bool:
+    """Logs "waiting for <gate>", then waits (up to ``timeout_s``) until the Redis key ``gate``
+    exists, and logs "released by <gate>": a line logged when the test says so."""
+    import logging
+
+    logger = logging.getLogger("e2e.app")
+    logger.info("waiting for %s", gate)
+    deadline = time.monotonic() + timeout_s
+    while not _redis().exists(gate):
+        if time.monotonic() > deadline:
+            logger.error("never released by %s", gate)
+            return False
+        time.sleep(0.05)
+    logger.info("released by %s", gate)
+    return True

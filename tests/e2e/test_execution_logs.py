@@ -168,3 +168,65 @@ def test_a_worker_killed_with_sigkill_mid_task_keeps_the_lines_it_flushed(
     docs = lines_of(search_client, logs_platform.log_stream, execution.execution_id)
     assert {doc["chrono"]["attempt"] for doc in docs} == {1}
     assert len({doc["event"]["sequence"] for doc in docs}) == len(docs)
+
+
+def test_the_capture_and_the_shipper_count_on_their_probe_ports(platform, audit_stream,
+                                                                 search_client):
+    from chronocore.probe import free_port
+    from tests.metrics_support import probe_health, probe_metrics, value
+
+    worker_port, shipper_port = free_port(), free_port()
+    spool = Path(platform.group.env["CHRONO_EXECUTION_LOG_SPOOL_DIR"])
+    platform.start_beat()
+    # A worker host's shipper: the spool alone, its series on its own probe port.
+    platform.group.start("shipper", ["indexer", "--logs-only", "--metrics-port",
+                                     str(shipper_port)], env={
+        "CHRONO_LOG_SHIPPER_POLL_INTERVAL_MS": "50", "CHRONO_INDEXER_IN_DOUBT_GRACE_MS": "200"})
+    # Prefork: the lines are captured in the pool's child, the series added up by the parent.
+    platform.start_worker(pool="prefork", concurrency=1, metrics_port=worker_port,
+                          execution_log_max_bytes=4096, **LOG_ENV)
+    stream = LogStream(audit_stream.namespace)
+    from chronocore.models import Tenant
+
+    tenant = Tenant.objects.create(slug="metered", name="Metered")
+    job = schedule(platform, tenant, label="metered", count=30)
+    assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(), timeout_s=60)
+    execution = job.executions.get()
+
+    def lines() -> list[dict]:
+        return lines_of(search_client, stream, execution.execution_id)
+
+    assert wait_for(lambda: any("were dropped" in line["message"] for line in lines()),
+                    timeout_s=30), lines()
+    shipped = lines()
+    closing = shipped[-1]["chrono"]
+    assert closing["dropped_lines"] > 0
+
+    def worker_series() -> str:
+        return probe_metrics(worker_port)
+
+    assert wait_for(lambda: (value(worker_series(), "chrono_worker_log_lines_captured_total")
+                             or 0) >= len(shipped), timeout_s=10)
+    worker = worker_series()
+    assert value(worker, "chrono_worker_log_lines_captured_total") == len(shipped)
+    assert value(worker, "chrono_worker_log_dropped_lines_total",
+                 reason="attempt_limit") == closing["dropped_lines"]
+    assert value(worker, "chrono_worker_log_dropped_bytes_total",
+                 reason="attempt_limit") == closing["dropped_bytes"]
+    assert value(worker, "chrono_worker_log_dropped_lines_total", reason="buffer_full") == 0
+    assert value(worker, "chrono_worker_log_spooled_bytes_total") > 0
+
+    shipper = probe_metrics(shipper_port)
+    assert value(shipper, "chrono_log_shipper_lines_total", result="created") == len(shipped)
+    assert value(shipper, "chrono_log_shipper_bulk_errors_total", kind="request") == 0
+    assert value(shipper, "chrono_log_shipper_batches_total") >= 1
+    assert value(shipper, "chrono_log_shipper_batch_lag_seconds_count") >= 1
+    # Logged to answered: a flush interval, the poll and the _bulk; bounded on a loaded box.
+    assert 0 < value(shipper, "chrono_log_shipper_lag_seconds") < 30
+    assert value(shipper, "chrono_log_shipper_active") == 1
+    assert wait_for(lambda: value(probe_metrics(shipper_port),
+                                  "chrono_log_shipper_spool_pending_bytes") == 0, timeout_s=10)
+    assert spool.exists()
+    status, body = probe_health(shipper_port)
+    assert status == 200 and body["checks"]["log_shipper"]["active"] is True, body
+    assert "batches" not in body["checks"], "--logs-only runs no audit indexer"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from rest_framework.test import APIClient
 
 from chronocore.config import get_config
 from chronocore.models import StaffRole
@@ -292,3 +294,193 @@ def test_a_shipper_is_in_doubt_at_its_start_only_after_an_unclean_stop_with_line
     empty = shipper_of(spool, log_stream)
     assert empty._hold_lock() and not empty.in_doubt
     empty._release_lock()
+
+
+# -- a tenant's lines across its executions: GET /api/v1/logs/ ----------------------------------
+
+
+def make_execution_of(job, tenant, status=ExecutionStatus.SUCCEEDED) -> Execution:
+    return Execution.objects.create(job=job, tenant=tenant, scheduled_for=datetime.now(UTC),
+                                    status=status, attempt=1, worker_id="w1@it")
+
+
+def search(api_client, **params):
+    return api_client.get("/api/v1/logs/", params)
+
+
+def sort_key(line):
+    return (line["timestamp"], line["execution_id"], line["attempt"], line["sequence"])
+
+
+def test_a_tenants_lines_are_searched_across_its_executions_by_job_execution_level_time_and_text(
+        spool, log_stream, search_client, tenant_api, other_api, tenant, other_tenant):
+    billing = api.schedule_once("tests.billing", tenant=tenant, delay=timedelta(seconds=600))
+    reports = api.schedule_once("tests.reports", tenant=tenant, delay=timedelta(seconds=600))
+    first, second = make_execution_of(billing, tenant), make_execution_of(billing, tenant)
+    report = make_execution_of(reports, tenant)
+    started = datetime.now(UTC)
+    run_attempt(first, 1, "charging card 4242", fail=True)  # + "charging failed", an error
+    run_attempt(second, 1, "charging card 1111", "charged")
+    run_attempt(report, 1, "report of the day")
+    theirs = make_execution(other_tenant)
+    run_attempt(theirs, 1, "globex charging card 9999")
+    assert ship(spool, log_stream, search_client) == 6
+
+    everything = search(tenant_api)
+    assert everything.status_code == 200, everything.json()
+    body = everything.json()
+    assert (body["count"], body["count_is_exact"], body["next"]) == (5, True, None)
+    lines = body["results"]
+    assert {line["message"] for line in lines} == {
+        "charging card 4242", "charging failed", "charging card 1111", "charged",
+        "report of the day"}
+    assert [sort_key(line) for line in lines] == sorted(map(sort_key, lines), reverse=True)
+    failed = next(line for line in lines if line["message"] == "charging failed")
+    assert failed["execution_id"] == str(first.execution_id)
+    assert failed["job_id"] == str(billing.job_id) and failed["job_type"] == "tests.noop"
+    assert failed["error"] == {"type": "builtins.ValueError", "message": "card declined"}
+
+    oldest_first = search(tenant_api, order="asc").json()["results"]
+    assert [sort_key(line) for line in oldest_first] == sorted(map(sort_key, lines))
+
+    def messages(**params) -> set[str]:
+        answer = search(tenant_api, **params)
+        assert answer.status_code == 200, answer.json()
+        return {line["message"] for line in answer.json()["results"]}
+
+    assert messages(job=str(reports.job_id)) == {"report of the day"}
+    assert messages(execution=str(second.execution_id)) == {"charging card 1111", "charged"}
+    assert messages(level="error") == {"charging failed"}
+    assert messages(q="card") == {"charging card 4242", "charging card 1111",
+                                  "charging failed"}  # its error: "card declined"
+    assert messages(q="card", job=str(billing.job_id), level="error") == {"charging failed"}
+    assert messages(q="4242 | 1111") == {"charging card 4242", "charging card 1111"}
+    assert messages(q="declined") == {"charging failed"}  # the error's message
+    assert messages(after=started.isoformat(),
+                    before=(datetime.now(UTC) + timedelta(minutes=1)).isoformat()) == {
+        line["message"] for line in lines}
+    assert messages(after=(datetime.now(UTC) + timedelta(hours=1)).isoformat()) == set()
+    assert messages(before=(started - timedelta(hours=1)).isoformat()) == set()
+
+    seen, url = [], "/api/v1/logs/?page_size=2&order=asc"
+    while url:
+        page = tenant_api.get(url).json()
+        assert len(page["results"]) <= 2
+        seen += page["results"]
+        url = page["next"]
+    assert seen == oldest_first
+
+    # The other tenant finds its own line only, and nothing by this tenant's ids.
+    assert {line["message"] for line in search(other_api).json()["results"]} == {
+        "globex charging card 9999"}
+    for params in ({"job": str(billing.job_id)}, {"execution": str(first.execution_id)}):
+        answer = search(other_api, **params)
+        assert answer.status_code == 200 and answer.json()["count"] == 0, params
+    assert "globex" not in str(search(tenant_api, q="charging").json())
+
+
+def test_a_line_claiming_a_tenants_execution_under_another_tenant_is_never_in_its_search(
+        spool, log_stream, search_client, tenant_api, other_api, tenant, other_tenant):
+    execution = make_execution(tenant)
+    run_attempt(execution, 1, "acme's own")
+    forged = SimpleNamespace(tenant_id=other_tenant.tenant_id, job_id=execution.job_id,
+                             execution_id=execution.execution_id)
+    run_attempt(forged, 2, "globex's forged line")
+    ship(spool, log_stream, search_client)
+    own = search(tenant_api, execution=str(execution.execution_id)).json()["results"]
+    assert [line["message"] for line in own] == ["acme's own"]
+    other = search(other_api, execution=str(execution.execution_id)).json()["results"]
+    assert [line["message"] for line in other] == ["globex's forged line"]
+
+
+def test_bad_search_input_is_refused_naming_each_parameter(tenant_api, log_stream):
+    answer = search(tenant_api, level="loud", after="yesterday", job="42", order="sideways",
+                    cursor="nope", page_size="0", colour="red")
+    assert answer.status_code == 400
+    assert set(answer.json()) == {"level", "after", "job", "order", "cursor", "page_size",
+                                  "colour"}
+    backwards = search(tenant_api, after="2026-12-02T00:00:00Z", before="2026-12-01T00:00:00Z")
+    assert backwards.status_code == 400 and set(backwards.json()) == {"before"}
+    # The per-execution endpoint's cursor (attempt, sequence) is not a search's.
+    per_execution = "WzIsNF0"
+    assert search(tenant_api, cursor=per_execution).status_code == 400
+    assert APIClient().get("/api/v1/logs/").status_code == 401
+
+
+def test_the_log_search_is_in_the_openapi_schema(staff_api):
+    schema = staff_api.get("/api/schema/", {"format": "json"}).json()
+    operation = schema["paths"]["/api/v1/logs/"]["get"]
+    assert {p["name"] for p in operation["parameters"]} >= {
+        "job", "execution", "level", "q", "after", "before", "order", "page_size", "cursor"}
+    assert set(operation["responses"]) >= {"200", "503"}
+
+
+# -- the admin page following a running execution ------------------------------------------------
+
+
+def test_the_execution_pages_logs_endpoint_gives_the_lines_after_its_cursor_while_it_runs(
+        spool, log_stream, search_client, tenant, other_tenant, redis_client):
+    job = api.schedule_once("tests.noop", tenant=tenant, delay=timedelta(seconds=600))
+    execution = make_execution_of(job, tenant, status=ExecutionStatus.RUNNING)
+    running = log_capture.AttemptLog(
+        tenant_id=str(tenant.tenant_id), job_id=str(job.job_id),
+        execution_id=str(execution.execution_id), attempt=1, worker_id="w1@it",
+        job_type="tests.noop")
+
+    def logs_on(message: str, fail: bool = False) -> None:
+        with log_capture.capturing(running):
+            task_log.info(message)
+            if fail:
+                try:
+                    raise ValueError("card declined")
+                except ValueError:
+                    task_log.exception("charging failed")
+        log_capture.installed().buffer.flush()
+        ship(spool, log_stream, search_client)
+
+    logs_on("before the page", fail=True)
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("ops", password="x"))
+    html = staff.get(f"/admin/scheduler/execution/{execution.execution_id}/change/")
+    page = html.content.decode()
+    assert 'data-live="true"' in page and "scheduler/execution_logs.js" in page
+    # No inline script: a Content-Security-Policy of script-src 'self' lets the page work.
+    assert re.findall(r"<script(?![^>]*\bsrc=)[^>]*>", page) == []
+    follow_url = re.search(r'data-follow-url="([^"]+)"', page).group(1)
+    cursor = re.search(r'data-cursor="([^"]*)"', page).group(1)
+    assert cursor, "the cursor after the lines the page shows"
+
+    nothing_new = staff.get(follow_url, {"log_cursor": cursor}).json()
+    assert (nothing_new["lines"], nothing_new["live"], nothing_new["status"]) == (
+        [], True, "RUNNING")
+    assert nothing_new["follow"] == cursor
+    logs_on("after the page")  # the attempt logs on
+    later = staff.get(follow_url, {"log_cursor": cursor}).json()
+    assert [line["message"] for line in later["lines"]] == ["after the page"]
+    assert later["follow"] != cursor and later["total"] == 3
+
+    # A tenant's staff get their lines without stack traces; another tenant's get a 404.
+    viewer = Client()
+    user = User.objects.create_user("acme-ops", password="x", is_staff=True)
+    add_member(user, tenant, StaffRole.VIEWER)
+    viewer.force_login(user)
+    theirs = viewer.get(follow_url).json()["lines"]
+    assert theirs[1]["message"] == "charging failed" and "stack_trace" not in theirs[1]["error"]
+    assert "stack_trace" in staff.get(follow_url).json()["lines"][1]["error"]
+    stranger = Client()
+    user = User.objects.create_user("globex-ops", password="x", is_staff=True)
+    add_member(user, other_tenant, StaffRole.ADMIN)
+    stranger.force_login(user)
+    assert stranger.get(follow_url).status_code == 404
+    assert staff.get(follow_url, {"log_level": "loud"}).status_code == 400
+
+    # Ended a moment ago: followed a little longer (its last lines are on their way); ended
+    # long ago: the page does not follow it.
+    Execution.objects.filter(pk=execution.pk).update(status=ExecutionStatus.SUCCEEDED,
+                                                     finished_at=datetime.now(UTC))
+    assert staff.get(follow_url).json()["live"] is True
+    Execution.objects.filter(pk=execution.pk).update(
+        finished_at=datetime.now(UTC) - timedelta(minutes=5))
+    assert staff.get(follow_url).json()["live"] is False
+    ended = staff.get(f"/admin/scheduler/execution/{execution.execution_id}/change/")
+    assert 'data-live="false"' in ended.content.decode()

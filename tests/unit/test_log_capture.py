@@ -128,6 +128,64 @@ def test_a_full_process_buffer_drops_and_counts_rather_than_grow(capture, tmp_pa
     assert closing["chrono"]["dropped_lines"] == running.dropped_lines
 
 
+def test_the_process_counts_what_it_captured_spooled_and_dropped_by_reason(capture, tmp_path):
+    handler = capture(max_bytes=10 * 1024, buffer_bytes=20 * 1024)
+    with log_capture.capturing(attempt("exec-1")) as capped:
+        for i in range(100):
+            app_log.info("line %d %s", i, "x" * 100)
+    with log_capture.capturing(attempt("exec-2")) as flooded:
+        for i in range(100):
+            app_log.info("line %d %s", i, "y" * 100)
+    before_flush = handler.buffer.counters.copy()
+    assert before_flush.captured_lines == 0, "counted by the flusher, not the task's thread"
+    lines = spooled(handler, tmp_path)
+    counters = handler.buffer.counters
+    assert counters.captured_lines == len(lines)
+    assert counters.spooled_bytes == sum(path.stat().st_size for path in tmp_path.glob("*.ndjson"))
+    assert counters.dropped_lines == {"attempt_limit": capped.dropped_lines,
+                                      "buffer_full": flooded.dropped_lines, "spool_write": 0}
+    assert capped.dropped_lines > 0 and flooded.dropped_lines > 0
+    assert counters.dropped_bytes["attempt_limit"] == capped.dropped_bytes
+    assert counters.dropped_bytes["buffer_full"] == flooded.dropped_bytes
+
+
+def test_the_worker_series_get_what_changed_since_the_last_publish(capture, tmp_path):
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels or None) or 0.0
+
+    handler = capture(max_bytes=2 * 1024)
+    before = (sample("chrono_worker_log_lines_captured_total"),
+              sample("chrono_worker_log_dropped_lines_total", reason="attempt_limit"),
+              sample("chrono_worker_log_spooled_bytes_total"))
+    with log_capture.capturing(attempt("exec-1")) as capped:
+        for i in range(20):
+            app_log.info("line %d %s", i, "x" * 100)
+    handler.buffer.flush()
+    handler.buffer.publish()
+    handler.buffer.publish()  # nothing new: adds nothing
+    captured = handler.buffer.counters.captured_lines
+    assert sample("chrono_worker_log_lines_captured_total") - before[0] == captured
+    assert (sample("chrono_worker_log_dropped_lines_total", reason="attempt_limit")
+            - before[1]) == capped.dropped_lines
+    assert (sample("chrono_worker_log_spooled_bytes_total") - before[2]
+            == handler.buffer.counters.spooled_bytes)
+
+
+def test_a_spool_that_cannot_be_written_counts_its_lines_dropped(capture, tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    handler = capture(spool_dir=blocked)
+    with log_capture.capturing(attempt("exec-1")):
+        app_log.info("lost")
+        app_log.info("lost too")
+    assert handler.buffer.flush() == 2
+    counters = handler.buffer.counters
+    assert counters.dropped_lines["spool_write"] == 2 and counters.spooled_bytes == 0
+    assert counters.dropped_bytes["spool_write"] > 0
+
+
 def test_a_long_message_is_cut_and_says_so(capture, tmp_path):
     handler = capture(line_bytes=300)
     with log_capture.capturing(attempt("exec-1")):

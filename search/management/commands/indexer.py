@@ -48,8 +48,9 @@ class Command(BaseCommand):
                                                   config=config)
         try:
             port = chosen_port(metrics_port, config.metrics_port)
-            if port and not logs_only:
-                serve_indexer_probe(indexer, port=port, address=config.metrics_address)
+            if port:
+                serve_indexer_probe(None if logs_only else indexer, shipper=shipper, port=port,
+                                    address=config.metrics_address)
         except ProbeError as exc:
             raise CommandError(str(exc)) from None
 
