@@ -15,7 +15,7 @@ writer, so nothing py-amqp accepts is refused here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from io import BytesIO
 from struct import Struct
 
@@ -99,6 +99,58 @@ def table(headers: Mapping[str, object]) -> bytes:
     return _LENGTH.pack(len(data)) + data
 
 
+# Templates of tables (:func:`templated_table`) remembered at most; all forgotten past that.
+TABLE_TEMPLATES = 4_096
+_templates: dict[Hashable, tuple[tuple[bytes, ...], tuple[str, ...]]] = {}
+
+
+def templated_table(headers: Mapping[str, object], *, varying: Collection[str],
+                    signature: Hashable) -> bytes:
+    """The bytes of ``table(headers)``, written from a template: the headers not in
+    ``varying`` are written once per ``signature`` and remembered, in the runs between the
+    varying ones, and only the varying ones are written each time.
+
+    The caller vouches for the signature: every ``headers`` it passes with the same one has
+    the same names in the same order and the same values, of the same types, under every name
+    not in ``varying``. Most of a task message's ~25 headers repeat from one message to the
+    next (``lang``, ``origin``, the task, its tenant, its retry policy…): written one by one
+    they were most of the cost of encoding a message (~10 µs of ~15 on this machine)."""
+    template = _templates.get(signature)
+    if template is None:
+        if len(_templates) >= TABLE_TEMPLATES:
+            _templates.clear()
+        template = _templates[signature] = _template(headers, varying)
+    runs, names = template
+    parts = [runs[0]]
+    writers = _WRITERS
+    for name, run in zip(names, runs[1:], strict=True):
+        value = headers[name]
+        writer = writers.get(type(value))
+        parts.append(writer(value) if writer is not None else _other(value))
+        parts.append(run)
+    data = b"".join(parts)
+    return _LENGTH.pack(len(data)) + data
+
+
+def _template(headers: Mapping[str, object],
+              varying: Collection[str]) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
+    """The runs of ``headers``' pairs between its varying values, each run ending with the key
+    of the varying value that follows it, and the names of those values."""
+    runs: list[bytes] = []
+    run: list[bytes] = []
+    names: list[str] = []
+    for name, value in headers.items():
+        run.append(_key(name))
+        if name in varying:
+            runs.append(b"".join(run))
+            run = []
+            names.append(name)
+        else:
+            run.append(_item(value))
+    runs.append(b"".join(run))
+    return tuple(runs), tuple(names)
+
+
 def _short_string(text: str) -> bytes:
     encoded = text.encode("utf-8", "surrogatepass")
     if len(encoded) > 255:
@@ -114,13 +166,17 @@ def _task_property_prefix(content_type: str, content_encoding: str) -> bytes:
 
 def task_properties(*, content_type: str, content_encoding: str,
                     headers: Mapping[str, object], delivery_mode: int, priority: int,
-                    correlation_id: str, reply_to: str) -> bytes:
+                    correlation_id: str, reply_to: str, varying: Collection[str] = (),
+                    signature: Hashable = None) -> bytes:
     """The property flags and list of a task message's content header: the bytes py-amqp's
     ``Message(...)._serialize_properties()`` gives for these seven properties (``reply_to``
-    included when empty, as py-amqp includes any property that is not None)."""
+    included when empty, as py-amqp includes any property that is not None). With a
+    ``signature``, the headers table comes from a template (:func:`templated_table`)."""
+    headers_table = (table(headers) if signature is None
+                     else templated_table(headers, varying=varying, signature=signature))
     return b"".join((
         _task_property_prefix(content_type, content_encoding),
-        table(headers),
+        headers_table,
         bytes((delivery_mode, priority)),
         _short_string(correlation_id),
         _short_string(reply_to),

@@ -236,7 +236,10 @@ def next_attempt_message(message: TaskMessage, attempt: int) -> TaskMessage:
 
 
 @lru_cache(maxsize=4_096)  # one per distinct policy: most jobs share a handful
+@lru_cache(maxsize=1_024)
 def policy_header(policy: RetryPolicy) -> str:
+    """The ``chrono_retry_policy`` header of ``policy`` (remembered: the beat writes one per
+    message, and a batch's jobs share a few policies)."""
     return json.dumps(policy.to_json(), separators=(",", ":"))
 
 

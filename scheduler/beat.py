@@ -61,7 +61,12 @@ from scheduler.firing import (
     Recorder,
     drop_unsure_leases,
 )
-from scheduler.lifecycle import RETRY_TIMER_SEPARATOR, execution_id_for, parse_retry_timer
+from scheduler.lifecycle import (
+    RETRY_TIMER_SEPARATOR,
+    execution_id_for,
+    execution_id_text,
+    parse_retry_timer,
+)
 from scheduler.misfire import FirePlan, calendar_exclusion, jittered_ms, plan_occurrences
 from scheduler.occurrences import DueJob, PlannedOccurrence
 from scheduler.overlap import OverlapAction, is_guarded
@@ -707,9 +712,9 @@ def dispatch_isolating(
 
 
 def _task_message(job: DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage:
-    execution_id = execution_id_for(job.job_id, fire_at_ms)
+    execution_id = execution_id_text(job.job_id, fire_at_ms)
     return TaskMessage(
-        task_id=str(execution_id),
+        task_id=execution_id,
         task_name=job.job_type,
         queue=job.queue,
         args_json=job.args_json,
@@ -717,7 +722,7 @@ def _task_message(job: DueJob, fire_at_ms: int, shard_lease: str) -> TaskMessage
         soft_timeout_ms=job.soft_timeout_ms,
         hard_timeout_ms=job.hard_timeout_ms,
         chrono_headers={
-            "chrono_execution_id": str(execution_id),
+            "chrono_execution_id": execution_id,
             "chrono_job_id": job.job_id,
             "chrono_tenant_id": job.tenant_id,
             "chrono_attempt": 1,

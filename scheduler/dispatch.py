@@ -28,7 +28,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from struct import pack, pack_into
 from urllib.parse import unquote, urlsplit
@@ -127,6 +127,11 @@ _STAMP_KEY = b"chrono_published_ms"
 # integer ('L'), whatever its value (an epoch-ms time is always above 2**31).
 _STAMP_MARK = bytes([len(_STAMP_KEY)]) + _STAMP_KEY + b"L"
 _STAMP_PLACEHOLDER = 2**40
+# The headers whose values differ from one message to the next (an occurrence's ids and time,
+# a job's own id and key): written each time; the others' bytes are remembered
+# (:func:`scheduler.amqp_frames.table`).
+VARYING_HEADERS = frozenset({"id", "root_id", "chrono_execution_id", "chrono_fire_ms",
+                             "chrono_job_id", "chrono_idempotency_key"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +163,8 @@ def encode_for_publish(message: TaskMessage, *, origin: str,
     # tests compare them) for a fraction of the cost, paid per message of every burst.
     properties = amqp_frames.task_properties(
         content_type=CONTENT_TYPE, content_encoding=CONTENT_ENCODING, headers=headers,
-        delivery_mode=2, priority=0, correlation_id=message.task_id, reply_to="")
+        delivery_mode=2, priority=0, correlation_id=message.task_id, reply_to="",
+        varying=VARYING_HEADERS, signature=_signature(message, origin))
     method = _publish_method(exchange, message.queue)
     header = pack(">HHQ", spec.Basic.Publish[0], 0, len(body)) + properties
     parts = [_frame(1, method), _frame(2, header)]
@@ -167,6 +173,34 @@ def encode_for_publish(message: TaskMessage, *, origin: str,
     frames = b"".join(parts)
     mark = frames.find(_STAMP_MARK)
     return EncodedMessage(message, exchange, frames, mark + len(_STAMP_MARK))
+
+
+# Args or kwargs longer than this are not part of a template's signature: the message is
+# encoded header by header (a job's own payload would make a template of its own).
+SIGNED_JSON_MAX = 256
+
+
+def _signature(message: TaskMessage, origin: str) -> Hashable:
+    """What every header of ``message`` outside :data:`VARYING_HEADERS` is made of (with the
+    types of the values that could compare equal across types), so that messages with the same
+    one share a headers template (:func:`scheduler.amqp_frames.templated_table`); None: none
+    (the args as objects, a payload longer than :data:`SIGNED_JSON_MAX`, an unhashable
+    header)."""
+    args_json, kwargs_json = message.args_json, message.kwargs_json
+    if (args_json is None or kwargs_json is None
+            or len(args_json) > SIGNED_JSON_MAX or len(kwargs_json) > SIGNED_JSON_MAX):
+        return None
+    hard, soft = message.hard_timeout_ms, message.soft_timeout_ms
+    signature = (origin, message.task_name, args_json, kwargs_json, hard, type(hard), soft,
+                 type(soft), tuple(message.chrono_headers),
+                 tuple([(type(value), value) for name, value
+                                    in message.chrono_headers.items()
+                                    if name not in VARYING_HEADERS]))
+    try:
+        hash(signature)
+    except TypeError:  # a list or a dict among the headers
+        return None
+    return signature
 
 
 @functools.lru_cache(maxsize=1_024)

@@ -35,7 +35,7 @@ from django.db import DatabaseError, close_old_connections
 from scheduler import occurrences, rollups
 from scheduler.bursts import in_turns
 from scheduler.dispatch import Confirmation, DispatchError, EncodedMessage, Publisher
-from scheduler.lifecycle import execution_id_for
+from scheduler.lifecycle import execution_id_for, execution_id_text
 from scheduler.models import JobStatus
 from scheduler.occurrences import JobAdvance
 from scheduler.ownership import ShardOwnership
@@ -481,7 +481,7 @@ class Recorder(threading.Thread):
         if fired:
             with self.counters.timed("record"):
                 advanced = occurrences.record_dispatched(
-                    [occurrences.Dispatched(execution_id_for(job.job_id, fire_ms), fire_ms,
+                    [occurrences.Dispatched(execution_id_text(job.job_id, fire_ms), fire_ms,
                                             confirmed_ms)
                      for confirmed_ms, (_, job, fire_ms_list, _) in fired
                      for fire_ms in fire_ms_list],

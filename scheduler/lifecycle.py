@@ -74,6 +74,13 @@ def execution_id_for(job_id: str, fire_at_ms: int) -> uuid.UUID:
     return uuid.uuid5(EXECUTION_NAMESPACE, f"{job_id}@{fire_at_ms}")
 
 
+@lru_cache(maxsize=65_536)
+def execution_id_text(job_id: str, fire_at_ms: int) -> str:
+    """:func:`execution_id_for` as its canonical text, what a message and a statement carry
+    (remembered too: the beat writes it into the insert, the message and the record)."""
+    return str(execution_id_for(job_id, fire_at_ms))
+
+
 class RetryTimer(NamedTuple):
     """What a retry timer's id says: the execution, the attempt it waits to send and, in a
     timer written since the table was partitioned, the execution's ``scheduled_for`` (ms),

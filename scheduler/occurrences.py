@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -27,6 +27,7 @@ from scheduler.lifecycle import (
     NOT_STARTED,
     announce_cancel,
     execution_id_for,
+    execution_id_text,
     key_range,
     sql_statuses,
 )
@@ -94,8 +95,8 @@ def _due_job(row: tuple) -> DueJob:
     (policy, fire_all_limit, jitter_ms, retry_policy, max_retries, soft, hard, overlap,
      idempotency_key, interval_ms, interval_anchor, calendars) = row[10:]
     return DueJob(
-        job_id=str(job_id),
-        tenant_id=str(tenant_id),
+        job_id=job_id,
+        tenant_id=tenant_id,
         job_type=job_type,
         args_json=_json_text(args),
         kwargs_json=_json_text(kwargs),
@@ -103,7 +104,7 @@ def _due_job(row: tuple) -> DueJob:
         cron_expression=cron,
         timezone=tz,
         status=status,
-        next_run_ms=None if next_run is None else datetime_to_ms(next_run),
+        next_run_ms=next_run,
         misfire=MisfireRule(MisfirePolicy(policy), max(1, fire_all_limit)),
         jitter_ms=jitter_ms,
         retry=_retry_policy(_json_text(retry_policy), max_retries),
@@ -141,12 +142,16 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
     """
     if not claimed:
         return {}
-    job_ids = prepared.array(uuid.UUID(job_id) for job_id, _ in claimed)
+    # The ids as text (PostgreSQL's cast checks them: a timer id that is not one is refused
+    # with its batch, which the beat then splits); the times as epoch ms.
+    job_ids = prepared.array(job_id for job_id, _ in claimed)
     with prepared.cursor() as cursor:
         cursor.execute(
-            "WITH x AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::timestamptz[]) "
-            # nosec B608 # _JOB_COLUMNS is a module constant; values are parameters
-            "  AS x(execution_id, job_id, fired_at)), "
+            "WITH x AS (SELECT execution_id, job_id, "
+            # nosec B608 # _JOB_COLUMNS and MS_TIME are module constants; values are parameters
+            f"  {prepared.MS_TIME.format('fired_ms')} AS fired_at "
+            "  FROM unnest(%s::uuid[], %s::uuid[], %s::bigint[]) "
+            "  AS x(execution_id, job_id, fired_ms)), "
             f"j AS (SELECT {_JOB_COLUMNS} FROM chrono_job j WHERE j.job_id = ANY(%s::uuid[]) "
             "  FOR KEY SHARE), "
             # The conflict target is the partitioned table's primary key (the partition key
@@ -158,15 +163,30 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
             "  FROM x JOIN j ON j.job_id = x.job_id "
             "  WHERE j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
             "  ON CONFLICT (execution_id, scheduled_for) DO NOTHING) "
-            "SELECT * FROM j",
+            f"SELECT {_ANSWER_COLUMNS} FROM j",
             [
-                prepared.array(execution_id_for(job_id, fire_ms) for job_id, fire_ms in claimed),
+                _text_array(execution_id_text(job_id, fire_ms) for job_id, fire_ms in claimed),
                 job_ids,
-                prepared.array(ms_to_datetime(fire_ms) for _, fire_ms in claimed),
+                prepared.ms_array(fire_ms for _, fire_ms in claimed),
                 job_ids,
             ],
         )
-        return {str(row[0]): _due_job(row) for row in cursor.fetchall()}
+        return {row[0]: _due_job(row) for row in cursor.fetchall()}
+
+
+# The jobs as load_and_insert answers them: the ids as text and the next fire time in epoch ms
+# (what the beat uses), not as objects psycopg builds and the beat turns back into those.
+_ANSWER_COLUMNS = ", ".join(
+    {"j.job_id": "j.job_id::text", "j.tenant_id": "j.tenant_id::text",
+     # Truncated to the millisecond, as datetime_to_ms does.
+     "j.next_run_at": "floor(extract(epoch FROM j.next_run_at) * 1000)::bigint",
+     }.get(column, column)
+    for column in _JOB_COLUMNS.split(", "))
+
+
+def _text_array(texts: Iterable[str]) -> str:
+    """An array literal of texts that need no quoting (ids this module made)."""
+    return "{" + ",".join(texts) + "}"
 
 
 class JobAdvance(NamedTuple):
@@ -180,10 +200,10 @@ class JobAdvance(NamedTuple):
 
 
 class Dispatched(NamedTuple):
-    """An occurrence RabbitMQ confirmed: its execution, fired at ``fire_ms`` (its
-    ``scheduled_for``, the partition key), confirmed at ``confirmed_ms``."""
+    """An occurrence RabbitMQ confirmed: its execution (a UUID or its text), fired at
+    ``fire_ms`` (its ``scheduled_for``, the partition key), confirmed at ``confirmed_ms``."""
 
-    execution_id: uuid.UUID
+    execution_id: uuid.UUID | str
     fire_ms: int
     confirmed_ms: int
 
@@ -198,7 +218,7 @@ class PlannedOccurrence(NamedTuple):
 
 
 def record_dispatched(
-    dispatched: Sequence[Dispatched | tuple[uuid.UUID, int, int]],
+    dispatched: Sequence[Dispatched | tuple[uuid.UUID | str, int, int]],
     *,
     advances: Sequence[JobAdvance],
 ) -> set[str]:
@@ -208,13 +228,18 @@ def record_dispatched(
     together or not at all), one round trip, for any number of confirmed batches; the
     executions are named by ``(execution_id, scheduled_for)`` and the days between the
     batch's first and last fire time, so PostgreSQL touches those days' partitions alone."""
-    times = [ms_to_datetime(fire_ms) for _, fire_ms, _ in dispatched]
-    first, last = key_range(times) if times else (None, None)
+    fire_ms = [ms for _, ms, _ in dispatched]
+    first, last = ((ms_to_datetime(min(fire_ms)), ms_to_datetime(max(fire_ms))) if fire_ms
+                   else (None, None))
+    ms_time = prepared.MS_TIME.format
     with prepared.cursor() as cursor:
         cursor.execute(
-            "WITH d AS (SELECT * FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) "
-            # nosec B608 # the lock and audit SQL are module constants; values are parameters
-            "AS d(execution_id, scheduled_for, confirmed_at)), "
+            # The times as epoch ms, turned into timestamps here (prepared.ms_array).
+            f"WITH d AS (SELECT execution_id, {ms_time('scheduled_ms')} AS scheduled_for, "
+            # nosec B608 # the lock, audit and time SQL are module constants; values are parameters
+            f"  {ms_time('confirmed_ms')} AS confirmed_at "
+            "  FROM unnest(%s::uuid[], %s::bigint[], %s::bigint[]) "
+            "  AS d(execution_id, scheduled_ms, confirmed_ms)), "
             f"l AS ({LOCK_KEYED_EXECUTIONS_IN_ORDER.format(keys='d', first='%s', last='%s')}), "
             "e AS (UPDATE chrono_execution AS c SET dispatched_at = d.confirmed_at, status = CASE "
             "  WHEN c.status = 'SCHEDULED' THEN 'DISPATCHED' ELSE c.status END "
@@ -226,26 +251,26 @@ def record_dispatched(
             "  c.dispatched_at), "
             "j AS (UPDATE chrono_job AS j SET next_run_at = x.next_run_at, updated_at = now(), "
             "status = CASE WHEN x.next_run_at IS NULL THEN 'COMPLETED' ELSE j.status END "
-            "FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[]) "
-            "AS x(job_id, fired_at, next_run_at, confirmed_at) "
+            f"FROM (SELECT job_id, {ms_time('fired_ms')} AS fired_at, "
+            f"  {ms_time('next_ms')} AS next_run_at, {ms_time('confirmed_ms')} AS confirmed_at "
+            "  FROM unnest(%s::uuid[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+            "  AS u(job_id, fired_ms, next_ms, confirmed_ms)) AS x "
             "WHERE j.job_id = x.job_id AND j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
             "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at, x.confirmed_at), "
             f"a AS ({_DISPATCHED_AUDIT}) "
-            "SELECT job_id FROM j",
+            "SELECT job_id::text FROM j",
             [
                 prepared.array(execution_id for execution_id, _, _ in dispatched),
-                prepared.array(times),
-                prepared.array(ms_to_datetime(ms) for _, _, ms in dispatched),
+                prepared.ms_array(fire_ms),
+                prepared.ms_array(ms for _, _, ms in dispatched),
                 first, last, first, last,
-                *[prepared.array(column) for column in (
-                    [uuid.UUID(job_id) for job_id, _, _, _ in advances],
-                    [ms_to_datetime(fired_ms) for _, fired_ms, _, _ in advances],
-                    [None if nxt is None else ms_to_datetime(nxt) for _, _, nxt, _ in advances],
-                    [ms_to_datetime(ms) for _, _, _, ms in advances],
-                )],
+                prepared.array(job_id for job_id, _, _, _ in advances),
+                prepared.ms_array(fired_ms for _, fired_ms, _, _ in advances),
+                prepared.ms_array(nxt for _, _, nxt, _ in advances),
+                prepared.ms_array(ms for _, _, _, ms in advances),
             ],
         )
-        return {str(row[0]) for row in cursor.fetchall()}
+        return {row[0] for row in cursor.fetchall()}
 
 
 def record_misfires(occurrences: Sequence[PlannedOccurrence]) -> None:

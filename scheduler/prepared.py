@@ -35,6 +35,21 @@ def array(values: Iterable[object]) -> str:
     return "{" + ",".join(map(_element, values)) + "}"
 
 
+def ms_array(values: Iterable[int | None]) -> str:
+    """A PostgreSQL array literal of epoch-millisecond integers (None is NULL), for a
+    ``%s::bigint[]`` parameter turned into times in the statement (:data:`MS_TIME`): an
+    integer costs a fraction of a datetime built and written in ISO form, here and in
+    PostgreSQL's parser."""
+    return "{" + ",".join(["NULL" if ms is None else str(ms) for ms in values]) + "}"
+
+
+# The timestamptz of an epoch-millisecond bigint (``{}``: the expression), exactly: whole
+# seconds and the milliseconds left added apart, each product of an interval and a number
+# exact in float8 (one product of the whole milliseconds is not, past the year 2255).
+MS_TIME = ("(timestamptz 'epoch' + ({0} / 1000) * interval '1 second' "
+           "+ mod({0}, 1000) * interval '1 millisecond')")
+
+
 def _element(value: object) -> str:
     if value is None:
         return "NULL"
