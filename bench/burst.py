@@ -17,6 +17,7 @@ confirm (``dispatched_at``) lateness.
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from collections import Counter
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ from chronocore.models import Tenant
 from localservices.processes import wait_until
 from scheduler import job_writer, specs
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.dispatch import declare_queue
 from scheduler.models import Execution
 
 MINUTE_MS = 60_000
@@ -54,11 +56,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="jobs of a second tenant in the same burst on the same queue "
                         "(fairness: with --worker-pool, their start lateness is reported "
                         "apart)")
+    parser.add_argument("--probe", action="store_true",
+                        help="without a worker: consume the queue while the burst goes out "
+                        "(prefetch 256, each message acknowledged as it arrives) and report "
+                        "when each tenant's messages were delivered (delivery lateness), to "
+                        "tell the broker's part of a start from the worker's")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait after the last minute for every occurrence")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.minutes < 1 or args.other_tenant_jobs < 0:
         parser.error("--jobs and --minutes must be positive, --other-tenant-jobs not negative")
+    if args.probe and args.worker_pool:
+        parser.error("--probe consumes the queue itself: leave out --worker-pool")
     return args
 
 
@@ -111,6 +120,38 @@ def read_back(queue: str) -> list[tuple[str, int, int]]:
                 return seen
 
 
+class Probe(threading.Thread):
+    """A consumer like a worker's (prefetch 256, every message acknowledged on arrival) that
+    notes when each message was delivered: (execution id, fire ms, published ms, received ms)."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(name="bench-probe", daemon=True)
+        self.queue = queue
+        self.seen: list[tuple[str, int, int, int]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        from bench.common import broker_connection
+
+        with broker_connection() as conn:
+            channel = conn.channel()
+            declare_queue(channel, self.queue)  # as the beat does before its first publish
+            channel.basic_qos(0, 256, False)
+
+            def on_message(message) -> None:
+                headers = message.application_headers
+                self.seen.append((headers["chrono_execution_id"], int(headers["chrono_fire_ms"]),
+                                  int(headers["chrono_published_ms"]), now_ms()))
+                channel.basic_ack(message.delivery_tag)
+
+            channel.basic_consume(self.queue, callback=on_message)
+            while not self.stopping.is_set():
+                try:
+                    conn.drain_events(timeout=0.2)
+                except TimeoutError:
+                    continue
+
+
 def _minute_report(fire_ms: int, expected: int, messages: list[tuple[str, int, int]],
                    confirmed: list[float], started: list[float] | None) -> dict[str, object]:
     mine = [m for m in messages if m[1] == fire_ms]
@@ -146,6 +187,9 @@ def run(argv: list[str]) -> dict[str, object]:
         platform.start_beat("bench-beat-0")
         if args.worker_pool:
             platform.start_worker(args.worker_concurrency, args.worker_pool)
+        probe = Probe(platform.queue) if args.probe else None
+        if probe is not None:
+            probe.start()
         first_ms = _first_minute_ms()
         created_at = now_ms()
         _create_jobs(str(platform.tenant.tenant_id), platform.queue, args.jobs, args.cron)
@@ -164,14 +208,25 @@ def run(argv: list[str]) -> dict[str, object]:
                                             + ([other.tenant_id] if other else []))
         wait_until(lambda: now_ms() >= minutes[-1], timeout_s=(minutes[-1] - now_ms()) / 1000
                    + 30, interval_s=0.5)
-        done = wait_until(
+        if probe is not None:
+            done = wait_until(
+                lambda: len(probe.seen) >= (args.jobs + args.other_tenant_jobs) * args.minutes,
+                timeout_s=args.timeout, interval_s=0.5)
+        done = done if probe is not None else wait_until(
             lambda: everyone.filter(**{f"{field}__isnull": False}).count()
             >= (args.jobs + args.other_tenant_jobs) * args.minutes, timeout_s=args.timeout,
             interval_s=0.5)
         # Stop the next minute's occurrences before reading back (the clean-up deletes them).
         platform.beats["bench-beat-0"].stop()
         time.sleep(0.5)
-        messages = [] if args.worker_pool else read_back(platform.queue)
+        if probe is not None:
+            probe.stopping.set()
+            probe.join(5)
+        received = {execution_id: at_ms for execution_id, _, _, at_ms in probe.seen} \
+            if probe is not None else {}
+        messages = ([] if args.worker_pool else
+                    [seen[:3] for seen in probe.seen] if probe is not None
+                    else read_back(platform.queue))
         rows = list(measured.values_list("scheduled_for", "dispatched_at", "started_at"))
         reports = []
         for fire_ms in minutes:
@@ -186,10 +241,24 @@ def run(argv: list[str]) -> dict[str, object]:
                 report.update(fired=len(mine), missed=args.jobs - len(mine), duplicates=None)
             if other is not None:
                 theirs = list(Execution.objects.for_tenant(other).filter(scheduled_for=at)
-                              .values_list("scheduled_for", "started_at"))
+                              .values_list("scheduled_for", "started_at", "execution_id"))
+                ids = {str(row[2]) for row in theirs}
                 report["other_tenant"] = {
                     "jobs": args.other_tenant_jobs, "fired": len(theirs),
-                    "start_lateness_ms": summarize_ms(_start_lateness(theirs, at))}
+                    "start_lateness_ms": summarize_ms(_start_lateness(
+                        [row[:2] for row in theirs], at)),
+                    # Read back from the queue (no worker): when each went out.
+                    "publish_lateness_ms": summarize_ms(sorted(
+                        published - fire_ms for execution_id, fired_ms, published in messages
+                        if fired_ms == fire_ms and execution_id in ids)) if messages else None,
+                }
+            if received:
+                delivered = {execution_id: at_ms - fire_ms for (execution_id, fired_ms, _), at_ms
+                             in ((m, received[m[0]]) for m in messages) if fired_ms == fire_ms}
+                report["delivery_lateness_ms"] = summarize_ms(list(delivered.values()))
+                if other is not None:
+                    report["other_tenant"]["delivery_lateness_ms"] = summarize_ms(
+                        [ms for execution_id, ms in delivered.items() if execution_id in ids])
                 report["first_tenant_start_lateness_ms"] = summarize_ms(
                     _start_lateness([(r[0], r[2]) for r in mine], at))
             reports.append(report)

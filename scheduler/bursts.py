@@ -100,7 +100,13 @@ def in_turns(items: Sequence[T], tenant_of: Callable[[T], Hashable]) -> list[T]:
     by_tenant: dict[Hashable, list[T]] = {}
     for item in items:
         by_tenant.setdefault(tenant_of(item), []).append(item)
-    if len(by_tenant) < 2:
-        return list(items)
-    return [item for turn in itertools.zip_longest(*by_tenant.values()) for item in turn
+    return turns(list(by_tenant.values()))
+
+
+def turns(queues: Sequence[list[T]]) -> list[T]:
+    """The items of ``queues`` (one per tenant, each in its order), round robin: what
+    :func:`in_turns` does once the items are grouped."""
+    if len(queues) < 2:
+        return list(queues[0]) if queues else []
+    return [item for turn in itertools.zip_longest(*queues) for item in turn
             if item is not None]

@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -33,7 +33,7 @@ import redis
 from django.db import DatabaseError, close_old_connections
 
 from scheduler import occurrences, rollups
-from scheduler.bursts import in_turns
+from scheduler.bursts import turns
 from scheduler.dispatch import Confirmation, DispatchError, EncodedMessage, Publisher
 from scheduler.lifecycle import execution_id_for, execution_id_text
 from scheduler.models import JobStatus
@@ -112,9 +112,84 @@ class Prepared:
     early: bool = False
 
 
-def fair_order(group: list[Prepared]) -> list[Prepared]:
-    """The occurrences of one batch in turns by tenant (:func:`scheduler.bursts.in_turns`)."""
-    return in_turns(group, lambda prepared: prepared.fired.job.tenant_id)
+class _Group:
+    """Occurrences due at one time under one view of the leases, kept by tenant as they are put
+    (so that at the fire time their order in turns by tenant, :func:`scheduler.bursts.turns`,
+    is one pass), with the count of their shards."""
+
+    __slots__ = ("leases", "by_tenant", "shards")
+
+    def __init__(self, leases: dict[int, str]) -> None:
+        self.leases = leases
+        self.by_tenant: dict[str, list[Prepared]] = {}
+        self.shards: Counter[int] = Counter()
+
+    def add(self, prepared: Prepared) -> None:
+        own = self.by_tenant.get(prepared.fired.job.tenant_id)
+        if own is None:
+            own = self.by_tenant[prepared.fired.job.tenant_id] = []
+        own.append(prepared)
+        self.shards[prepared.fired.timer.shard] += 1
+
+    def merge(self, other: _Group) -> None:
+        for tenant, theirs in other.by_tenant.items():
+            self.by_tenant.setdefault(tenant, []).extend(theirs)
+        self.shards.update(other.shards)
+
+    def __iter__(self) -> Iterator[Prepared]:
+        for own in self.by_tenant.values():
+            yield from own
+
+
+class DueBuckets:
+    """Prepared occurrences by fire time: a heap of the distinct times and, for each, its
+    occurrences grouped by the leases they were claimed under and by tenant, as they are put.
+    The work per occurrence is done when it is put, ahead of its time: at the fire time a burst
+    is taken as a few groups. Kept as a heap of one entry per occurrence, a burst of 10,000 took
+    50-70 ms to pop, group and order at the very moment it was due (bench/RESULTS.md, "Session
+    11 figures / Bursts")."""
+
+    def __init__(self) -> None:
+        self._times: list[int] = []
+        self._by_time: dict[int, dict[int, _Group]] = {}
+
+    def put(self, due_ms: int, prepared: Prepared) -> bool:
+        """Add ``prepared``; whether its time is a new earliest one (the firer must wake)."""
+        groups = self._by_time.get(due_ms)
+        new = groups is None
+        if groups is None:
+            groups = self._by_time[due_ms] = {}
+            heapq.heappush(self._times, due_ms)
+        group = groups.get(id(prepared.leases))
+        if group is None:
+            group = groups[id(prepared.leases)] = _Group(prepared.leases)
+        group.add(prepared)
+        return new and self._times[0] == due_ms
+
+    def earliest_ms(self) -> int | None:
+        return self._times[0] if self._times else None
+
+    def take_due(self, now_ms: int) -> list[_Group]:
+        """Everything due by ``now_ms``, one group per view of the leases (a burst prepared
+        slice by slice, each slice with its copy of the leases, is one group)."""
+        by_view: dict[frozenset, _Group] = {}
+        while self._times and self._times[0] <= now_ms:
+            for group in self._by_time.pop(heapq.heappop(self._times)).values():
+                view = frozenset(group.leases.items())
+                if view in by_view:
+                    by_view[view].merge(group)
+                else:
+                    by_view[view] = group
+        return list(by_view.values())
+
+    def __len__(self) -> int:
+        return sum(group.shards.total() for groups in self._by_time.values()
+                   for group in groups.values())
+
+    def __iter__(self) -> Iterator[Prepared]:
+        for groups in self._by_time.values():
+            for group in groups.values():
+                yield from group
 
 
 def drop_unsure_leases(
@@ -155,7 +230,7 @@ class Firer(threading.Thread):
         self.recorder = recorder
         self.replica_id = replica_id
         self.clock = clock
-        self._heap: list[tuple[int, int, Prepared]] = []
+        self._due = DueBuckets()
         # Occurrences prepared early, until their check ``EARLY_CHECK_FACTOR * check_ahead_ms``
         # before their fire time: (check ms, sequence, fire ms, occurrence).
         self.check_ahead_ms = check_ahead_ms
@@ -180,7 +255,7 @@ class Firer(threading.Thread):
         recorder: a shard being handed over is released only when it is in neither's."""
         with self._changed:
             busy = set(self._taken)
-            busy.update(p.fired.timer.shard for _, _, p in self._heap)
+            busy.update(p.fired.timer.shard for p in self._due)
             busy.update(p.fired.timer.shard for _, _, _, p in self._unchecked)
         return busy
 
@@ -193,13 +268,12 @@ class Firer(threading.Thread):
                 if self._unchecked[0][3] is prepared:
                     self._changed.notify()
                 return
-            heapq.heappush(self._heap, (due_ms, next(self._sequence), prepared))
-            if self._heap[0][2] is prepared:
+            if self._due.put(due_ms, prepared):
                 self._changed.notify()
 
     def waiting(self) -> int:
         with self._changed:
-            return len(self._heap) + len(self._unchecked)
+            return len(self._due) + len(self._unchecked)
 
     def _check_early(self) -> None:
         """Look again at the jobs of the occurrences prepared early whose check time came (one
@@ -237,7 +311,7 @@ class Firer(threading.Thread):
                 state = changed.get(prepared.fired.job.job_id)
                 if state is None:
                     prepared.early = False
-                    heapq.heappush(self._heap, (due_ms, next(self._sequence), prepared))
+                    self._due.put(due_ms, prepared)
                 else:
                     status, next_ms = state
                     withdrawn.append((prepared, next_ms if status == JobStatus.ACTIVE else None))
@@ -311,32 +385,27 @@ class Firer(threading.Thread):
         with self._changed:
             while True:
                 now = self.clock()
-                if (self._heap and self._heap[0][0] <= now
+                earliest = self._due.earliest_ms()
+                if (earliest is not None and earliest <= now
                         and self._in_flight_messages() < MAX_IN_FLIGHT):
-                    # Grouped by the leases' values: a burst prepared slice by slice (each
-                    # with its copy of the leases) goes out as one batch.
-                    groups: dict[frozenset, list[Prepared]] = {}
-                    keys: dict[int, frozenset] = {}
-                    while self._heap and self._heap[0][0] <= now:
-                        prepared = heapq.heappop(self._heap)[2]
-                        key = keys.get(id(prepared.leases))
-                        if key is None:
-                            key = keys[id(prepared.leases)] = frozenset(prepared.leases.items())
-                        groups.setdefault(key, []).append(prepared)
-                        self._taken[prepared.fired.timer.shard] += 1
-                    return [fair_order(group) for group in groups.values()]
+                    # One batch per view of the leases, in turns by tenant.
+                    groups = self._due.take_due(now)
+                    for group in groups:
+                        self._taken.update(group.shards)
+                    return [turns(list(group.by_tenant.values())) for group in groups]
                 if self._in_flight or (self._unchecked and self._unchecked[0][0] <= now):
                     return []
-                if self._finishing and not self._heap and not self._unchecked:
+                if self._finishing and earliest is None and not self._unchecked:
                     return None
-                wake = [entries[0][0] for entries in (self._heap, self._unchecked) if entries]
+                wake = [ms for ms in (earliest, self._unchecked[0][0] if self._unchecked
+                                      else None) if ms is not None]
                 self._changed.wait((min(wake) - now) / 1000 if wake else None)
 
     def _poll_s(self) -> float:
         """How long to wait for confirms: until the next fire time, at most ``POLL_MS`` (an
         occurrence put in meanwhile for an earlier time is noticed that late at most)."""
         with self._changed:
-            head_ms = self._heap[0][0] if self._heap else None
+            head_ms = self._due.earliest_ms()
         wait_ms = POLL_MS if head_ms is None else min(POLL_MS, max(0, head_ms - self.clock()))
         return wait_ms / 1000
 
