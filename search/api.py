@@ -182,17 +182,8 @@ class AuditSearchView(APIView):
         except InvalidAuditQuery as exc:
             raise ValidationError(exc.errors) from None
         page = run_search(replace(query, hidden_fields=HIDDEN_FROM_TENANTS), config=config)
-        next_url = None
-        if page.next_cursor:
-            params = request.query_params.copy()
-            params["cursor"] = page.next_cursor
-            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-        return Response({
-            "count": page.total,
-            "count_is_exact": page.total_is_exact,
-            "next": next_url,
-            "results": page.documents,
-        })
+        return _page_response(request, page.total, page.total_is_exact, page.next_cursor,
+                              page.documents)
 
 
 _LOG_SEARCH_PARAMETERS = [
@@ -256,14 +247,17 @@ class LogSearchView(APIView):
             raise ValidationError(exc.errors) from None
         page = run_tenant_log_search(replace(search, hidden_fields=HIDDEN_FROM_TENANTS),
                                      config=config)
-        next_url = None
-        if page.next_cursor:
-            params = request.query_params.copy()
-            params["cursor"] = page.next_cursor
-            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
-        return Response({
-            "count": page.total,
-            "count_is_exact": page.total_is_exact,
-            "next": next_url,
-            "results": page.lines,
-        })
+        return _page_response(request, page.total, page.total_is_exact, page.next_cursor,
+                              page.lines)
+
+
+def _page_response(request: Request, total: int, exact: bool, next_cursor: str | None,
+                   results: list) -> Response:
+    """A page of search results, ``next`` the same request with the next page's cursor."""
+    next_url = None
+    if next_cursor:
+        params = request.query_params.copy()
+        params["cursor"] = next_cursor
+        next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+    return Response({"count": total, "count_is_exact": exact, "next": next_url,
+                     "results": results})

@@ -46,8 +46,10 @@ def _free_port(*, also_free_at: int) -> int:
 
 
 def _low_free_port(*, also_free_at: int) -> int:
-    """As :func:`_free_port`, below 45,536 (RabbitMQ's distribution port is 20,000 above)."""
-    for candidate in range(31_000 + uuid.uuid4().int % 10_000, 45_000):
+    """As :func:`_free_port`, from 41,000 to 45,535: RabbitMQ's distribution port, 20,000
+    above, then lies past Linux's ephemeral range (32,768-60,999), where an outgoing connection
+    took it between this check and the node's start once ("dist_port_already_used")."""
+    for candidate in range(41_000 + uuid.uuid4().int % 4_000, 45_536):
         if not port_holders(candidate) and not port_holders(candidate + also_free_at):
             with socket.socket() as probe:
                 try:

@@ -354,7 +354,7 @@ def test_the_beat_records_an_excluded_occurrence_skipped_with_the_calendars_name
     assert (skipped.status, skipped.reason) == (ExecutionStatus.SKIPPED, "calendar tokyo-day")
     fired = Execution.objects.get(execution_id=execution_id_for(plain.job_id, fire_ms))
     assert fired.status == ExecutionStatus.SCHEDULED
-    prepared = {p.fired.job.job_id: p.fired for _, _, p in beat.firer._heap}
+    prepared = {p.fired.job.job_id: p.fired for p in beat.firer._due}
     assert prepared[str(excluded.job_id)].fire_ms == []
     assert prepared[str(excluded.job_id)].next_ms == fire_ms + 3_600_000  # its next occurrence
     assert prepared[str(plain.job_id)].fire_ms == [fire_ms]
@@ -380,7 +380,7 @@ def test_late_occurrences_on_excluded_days_are_recorded_for_their_calendar(tenan
     assert rows == {first_ms: (ExecutionStatus.SCHEDULED, ""),
                     first_ms + day: (ExecutionStatus.SKIPPED, "calendar second-day"),
                     first_ms + 2 * day: (ExecutionStatus.SCHEDULED, "")}
-    (_, _, prepared), = beat.firer._heap
+    prepared, = beat.firer._due
     assert prepared.fired.fire_ms == [first_ms, first_ms + 2 * day]
     assert prepared.fired.next_ms == first_ms + 3 * day
 
@@ -396,5 +396,5 @@ def test_a_trigger_fires_whatever_the_calendars_say(tenant):
     beat = _beat(trigger_ms)
     beat.ownership.leases = {timer_store().shard_of(str(job.job_id)): "cal-test|1"}
     beat.dispatch([_claimed(job, trigger_ms)])
-    (_, _, prepared), = beat.firer._heap
+    prepared, = beat.firer._due
     assert prepared.fired.fire_ms == [trigger_ms]
