@@ -21,27 +21,31 @@ from django.db import connection, transaction
 
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.lifecycle import CANCELLED_AUDIT, StartedExecution, announce_cancel, key_range
+from scheduler.prepared import array
 
 _RETURNING = "execution_id, job_id, tenant_id, attempt, reason, finished_at"
 
 
 def request_cancel_running(
-    *, by: str, job_id: uuid.UUID | str | None = None, execution_id: str | None = None,
+    *, by: str, job_ids: Sequence[uuid.UUID | str] = (), execution_id: str | None = None,
     scheduled_for: datetime | None = None,
 ) -> list[str]:
-    """Ask running executions (of a job, or one) to stop; returns their ids. Announced to
-    their workers when the caller's transaction commits. ``scheduled_for`` (with
+    """Ask running executions (of the jobs ``job_ids``, or one) to stop; returns their ids.
+    Announced to their workers when the caller's transaction commits. ``scheduled_for`` (with
     ``execution_id``) is the execution's partition key."""
-    column, value = ("job_id", job_id) if job_id is not None else ("execution_id", execution_id)
+    if execution_id is not None:
+        target, value = "execution_id = %s", [uuid.UUID(str(execution_id))]
+    else:
+        target, value = "job_id = ANY(%s::uuid[])", [array(job_ids)]
     key = "" if scheduled_for is None else "AND scheduled_for = %s "
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE chrono_execution SET cancel_requested_at = %s, reason = %s "
-            # nosec B608 # column is one of two literal names; values are parameters
-            f"WHERE {column} = %s {key}AND status = 'RUNNING' AND cancel_requested_at IS NULL "
+            # nosec B608 # target is one of two literal conditions; values are parameters
+            f"WHERE {target} {key}AND status = 'RUNNING' AND cancel_requested_at IS NULL "
             "RETURNING execution_id",
             [ms_to_datetime(now_ms()), f"cancel requested by {by or 'unknown'}"[:300],
-             uuid.UUID(str(value)), *([] if scheduled_for is None else [scheduled_for])],
+             *value, *([] if scheduled_for is None else [scheduled_for])],
         )
         ids = [str(row[0]) for row in cursor.fetchall()]
     if ids:

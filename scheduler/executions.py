@@ -207,14 +207,15 @@ def _finish(cursor: prepared.PreparedCursor, requests: Sequence[FinishRequest], 
     return {str(row[0]) for row in cursor.fetchall()}
 
 
-def cancel_pending_executions(job_id: uuid.UUID | str, *, by: str) -> int:
-    """Cancel the executions of a job that have not started (``SCHEDULED``, ``DISPATCHED``,
-    ``RETRY_WAIT``), in the caller's transaction; how many. One statement with their audit rows."""
+def cancel_pending_executions(job_ids: Sequence[uuid.UUID | str], *, by: str) -> int:
+    """Cancel the executions of jobs that have not started (``SCHEDULED``, ``DISPATCHED``,
+    ``RETRY_WAIT``), in the caller's transaction; how many. One statement with their audit rows,
+    however many jobs."""
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH u AS (UPDATE chrono_execution SET status = 'CANCELLED', finished_at = %s "
             # nosec B608 # the audit SQL is built from module constants; every value is a parameter
-            f"WHERE job_id = %s AND status IN ({_NOT_STARTED}) "
+            f"WHERE job_id = ANY(%s::uuid[]) AND status IN ({_NOT_STARTED}) "
             "RETURNING execution_id, job_id, tenant_id, attempt, scheduled_for, finished_at) "
             + audit.insert_select(
                 "u",
@@ -224,7 +225,7 @@ def cancel_pending_executions(job_id: uuid.UUID | str, *, by: str) -> int:
                 execution_id="u.execution_id",
                 data="jsonb_build_object('attempt', u.attempt, 'scheduled_for', u.scheduled_for)",
             ),
-            [timezone.now(), uuid.UUID(str(job_id)), audit.current_actor(by)],
+            [timezone.now(), prepared.array(job_ids), audit.current_actor(by)],
         )
         return cursor.rowcount
 

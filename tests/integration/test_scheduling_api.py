@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-from scheduler import api
+from scheduler import api, occurrences
 from scheduler.clock import datetime_to_ms
 from scheduler.errors import InvalidJob, JobNotFound, PayloadTooLarge
-from scheduler.models import Job
+from scheduler.executions import start_execution
+from scheduler.models import Execution, ExecutionStatus, Job
 from scheduler.retry import RetryPolicy
 from scheduler.timers import timer_store
+from search.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -226,3 +230,49 @@ def test_an_integer_outside_64_bits_is_refused_naming_its_path(tenant, redis_cli
     job = api.schedule_once("chrono.noop", tenant=tenant, delay=1, args=[2**63 - 1, -(2**63)])
     job.refresh_from_db()
     assert job.args == [2**63 - 1, -(2**63)]
+
+
+def test_cancel_many_cancels_a_tenants_jobs_and_their_executions_in_three_statements(
+    tenant, other_tenant, redis_client, django_assert_num_queries
+):
+    """What a workflow run stopping a fan-out does: every job of the list cancelled, audited and
+    taken out of the timer store, its queued execution cancelled and its running one asked to
+    stop, with three statements for the lot; another tenant's id and an unknown one are named,
+    not cancelled."""
+    waiting = [api.schedule_once("chrono.noop", tenant=tenant, delay=60) for _ in range(50)]
+    paused = api.schedule_cron("chrono.noop", tenant=tenant, cron="0 3 * * *")
+    api.pause(paused.job_id, tenant=tenant)
+    queued = api.schedule_cron("chrono.noop", tenant=tenant, cron="* * * * *")
+    running = api.schedule_cron("chrono.noop", tenant=tenant, cron="* * * * *")
+    occurrences.load_and_insert([(str(job.job_id), datetime_to_ms(job.next_run_at))
+                                 for job in (queued, running)])
+    running_execution = Execution.objects.get(job=running)
+    assert start_execution(str(running_execution.execution_id), attempt=1, worker_id="w1",
+                           lease_ttl_ms=60_000, scheduled_for=running_execution.scheduled_for)
+    done = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+    Job.objects.filter(pk=done.pk).update(status="COMPLETED")  # fired, its execution gone
+    timer_store().remove([str(done.job_id)])
+    theirs = api.schedule_once("chrono.noop", tenant=other_tenant, delay=60)
+    unknown = uuid.uuid4()
+    ours = [job.job_id for job in [*waiting, paused, queued, running, done]]
+
+    with django_assert_num_queries(5):  # BEGIN, three statements, COMMIT
+        outcome = api.cancel_many([*ours, theirs.job_id, unknown, waiting[0].job_id],
+                                  tenant=tenant, by="user:ops")
+
+    assert outcome == api.CancelledMany(jobs=53, executions=2,
+                                        not_found=(str(theirs.job_id), str(unknown)))
+    assert set(Job.objects.filter(job_id__in=ours[:-1]).values_list("status", "cancelled_by")) \
+        == {("CANCELLED", "user:ops")}
+    assert Job.objects.get(pk=done.pk).status == "COMPLETED"
+    assert Job.objects.get(pk=theirs.pk).status == "ACTIVE"
+    assert AuditEvent.objects.filter(action="job.cancelled").count() == 53
+    assert not any(timer_store().fire_time_of(str(job_id)) for job_id in ours)
+    assert timer_store().fire_time_of(str(theirs.job_id)) is not None
+    assert Execution.objects.get(job=queued).status == ExecutionStatus.CANCELLED
+    running_execution.refresh_from_db()
+    assert running_execution.status == ExecutionStatus.RUNNING
+    assert running_execution.cancel_requested_at is not None
+    assert api.cancel_many(ours, tenant=tenant) == api.CancelledMany(0, 0, ())  # nothing left
+    with pytest.raises(JobNotFound):
+        api.cancel(theirs.job_id, tenant=tenant)
