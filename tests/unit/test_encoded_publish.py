@@ -132,3 +132,25 @@ def test_headers_of_other_shapes_are_encoded_header_by_header():
         encoded = encode_for_publish(message, origin="o")
         assert (_stamped(encoded.frames, encoded.stamp_offset, published_ms)
                 == _py_amqp_frames(message, published_ms))
+
+
+def test_messages_differing_only_in_their_payload_share_one_template():
+    # A fan-out's instances: one task, one tenant, one policy, each its own input. The payload
+    # is written each time (argsrepr, kwargsrepr), not built into a template per message.
+    from scheduler import amqp_frames
+
+    amqp_frames._templates.clear()
+    published_ms = 1_764_604_800_042
+    for index in range(50):
+        job = _beat_job(job_id=f"0b3a63d1-4a55-4b53-9d43-3f4c1b3a{index:04d}",
+                        args_json=f"[{index}]", kwargs_json=f'{{"item":"é{"x" * index}"}}')
+        message = _task_message(job, 1_764_604_800_000, "replica-a|7")
+        encoded = encode_for_publish(message, origin="chrono-beat@host")
+        assert (_stamped(encoded.frames, encoded.stamp_offset, published_ms)
+                == _py_amqp_frames(message, published_ms, origin="chrono-beat@host"))
+    long = _beat_job(args_json="[" + "7," * 400 + "7]")  # past argsrepr's length: shortened
+    message = _task_message(long, 5, "replica-a|7")
+    encoded = encode_for_publish(message, origin="chrono-beat@host")
+    assert (_stamped(encoded.frames, encoded.stamp_offset, published_ms)
+            == _py_amqp_frames(message, published_ms, origin="chrono-beat@host"))
+    assert len(amqp_frames._templates) == 1
