@@ -19,9 +19,10 @@ which is a TTL again; a grant revoked is refused everywhere five seconds later, 
 already in a queue is refused by its worker (defence in depth).
 
 A worker does not reload an entry on a delivery: its refresher thread (:func:`start_refresher`,
-started with the worker and in each prefork child) reads every tenant's grants in one pair of
-queries every half TTL, so an entry is renewed before it expires and a burst that follows an
-idle spell finds every tenant's grants in the cache (a stale entry reloaded by each of a thread
+started with the worker and in each prefork child) reads every tenant's grants once at its
+start, then every half TTL those of the tenants it looked up in the last ten minutes
+(:data:`KEEP_WARM_S`; a thousand tenants a query), so an entry in use is renewed before it
+expires and a burst that follows an idle spell finds its tenants' grants in the cache (a stale entry reloaded by each of a thread
 pool's 64 threads at once held a burst's first starts back by up to 260 ms). The TTL still bounds
 how old an answer may be: an entry the refresher failed to renew expires and is read again on
 the delivery, as without a refresher; and a load of one tenant's entry runs once however many
@@ -103,8 +104,16 @@ def rules_grant(rules: tuple[Rule, ...], task_name: str, queue: str) -> bool:
 class _Entry:
     expires_at_s: float
     slug: str
+    pairs: tuple[tuple[str, str], ...]  # the patterns the rules were compiled from
     rules: tuple[Rule, ...]
     answers: dict[tuple[str, str], bool] = field(default_factory=dict)
+    used_at_s: float = 0.0  # last looked up (the refresher renews entries in use)
+
+
+# The refresher renews the entries looked up within this long: a worker serving a few of
+# 10,000 tenants reads their grants, not everyone's, every round.
+KEEP_WARM_S = 600.0
+_CHUNK = 1_000  # tenant ids per query of a refresh
 
 
 _cache: dict[str, _Entry] = {}
@@ -126,8 +135,10 @@ def _fresh(key: str, now: float) -> _Entry | None:
 
 def _entry(tenant_id: uuid.UUID | str) -> _Entry:
     key = str(tenant_id)
-    entry = _fresh(key, time.monotonic())
+    now = time.monotonic()
+    entry = _fresh(key, now)
     if entry is not None:
+        entry.used_at_s = now
         return entry
     with _lock:
         loading = _loading.setdefault(key, threading.Lock())
@@ -138,41 +149,59 @@ def _entry(tenant_id: uuid.UUID | str) -> _Entry:
         with _lock:
             generation = _generation[0]
         now = time.monotonic()
-        pairs = list(TaskGrant.objects.filter(tenant_id=key)
-                     .values_list("task_pattern", "queue_pattern"))
+        pairs = tuple(TaskGrant.objects.filter(tenant_id=key).order_by("pk")
+                      .values_list("task_pattern", "queue_pattern"))
         slug = Tenant.objects.filter(tenant_id=key).values_list("slug", flat=True).first() or key
-        entry = _Entry(now + _ttl_s(), slug, compile_rules(pairs))
+        entry = _Entry(now + _ttl_s(), slug, pairs, compile_rules(pairs), used_at_s=now)
         with _lock:
             if _generation[0] == generation:
                 _cache[key] = entry
         return entry
 
 
-def refresh_all() -> int:
-    """Read every tenant's grants (two queries) and renew this process's entries with them, the
-    TTL counted from before the reads; how many tenants. Entries whose rules did not change keep
-    their memoised answers."""
+def refresh_all(*, every_tenant: bool = False) -> int:
+    """Read the grants of the tenants whose entries were looked up in the last
+    :data:`KEEP_WARM_S` (``every_tenant``: of every tenant, as a worker does at its start) and
+    renew this process's entries with them, the TTL counted from before the reads; how many
+    tenants. Entries whose patterns did not change keep their compiled rules and memoised
+    answers; the others age out."""
+    now = time.monotonic()
     with _lock:
         generation = _generation[0]
-    now = time.monotonic()
+        keys = None if every_tenant else [key for key, entry in _cache.items()
+                                          if entry.used_at_s > now - KEEP_WARM_S]
+    if keys == []:
+        return 0
     pairs: dict[str, list[tuple[str, str]]] = {}
-    for tenant_id, task_pattern, queue_pattern in TaskGrant.objects.values_list(
-            "tenant_id", "task_pattern", "queue_pattern").order_by("pk"):
-        pairs.setdefault(str(tenant_id), []).append((task_pattern, queue_pattern))
-    slugs = {str(tenant_id): slug for tenant_id, slug in
-             Tenant.objects.values_list("tenant_id", "slug")}
+    slugs: dict[str, str] = {}
+    for chunk in [None] if keys is None else [keys[i:i + _CHUNK]
+                                              for i in range(0, len(keys), _CHUNK)]:
+        grant_rows, tenant_rows = TaskGrant.objects.order_by("pk"), Tenant.objects.all()
+        if chunk is not None:
+            grant_rows = grant_rows.filter(tenant_id__in=chunk)
+            tenant_rows = tenant_rows.filter(tenant_id__in=chunk)
+        for tenant_id, task_pattern, queue_pattern in grant_rows.values_list(
+                "tenant_id", "task_pattern", "queue_pattern"):
+            pairs.setdefault(str(tenant_id), []).append((task_pattern, queue_pattern))
+        slugs.update((str(tenant_id), slug)
+                     for tenant_id, slug in tenant_rows.values_list("tenant_id", "slug"))
     expires_at_s = now + _ttl_s()
-    compiled = {key: compile_rules(pairs.get(key, ())) for key in slugs}
+    renewed = {}
+    for key, slug in slugs.items():
+        tenant_pairs = tuple(pairs.get(key, ()))
+        old = _cache.get(key)
+        if old is not None and old.pairs == tenant_pairs:
+            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, old.rules, old.answers,
+                                  old.used_at_s)
+        else:
+            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, compile_rules(tenant_pairs),
+                                  used_at_s=now if every_tenant else 0.0)
     with _lock:
         if _generation[0] != generation:
             return 0  # a grant changed while reading: the next round reads it
-        for key, slug in slugs.items():
-            rules = compiled[key]
-            old = _cache.get(key)
-            answers = old.answers if old is not None and old.rules == rules else {}
-            _cache[key] = _Entry(expires_at_s, slug, rules, answers)
-        for key in set(_cache) - set(slugs):
-            del _cache[key]  # the tenant is gone
+        _cache.update(renewed)
+        for key in set(_cache if keys is None else keys) - set(slugs):
+            _cache.pop(key, None)  # the tenant is gone
     return len(slugs)
 
 
@@ -211,7 +240,7 @@ def start_refresher(interval_s: float | None = None) -> bool:
         refresher = _Refresher(interval_s if interval_s is not None else ttl_s / 2)
         _refresher[:] = [refresher]
     try:
-        refresh_all()
+        refresh_all(every_tenant=True)
     except Exception as exc:  # noqa: BLE001
         log.warning("could not read the task grants at start (read on use meanwhile): %r", exc)
     refresher.start()

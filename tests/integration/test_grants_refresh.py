@@ -75,6 +75,7 @@ def test_a_refresh_begun_before_a_change_in_this_process_does_not_put_back_the_o
         return real(pairs)
 
     monkeypatch.setattr(grants, "compile_rules", revoked_meanwhile)
+    grants._cache[str(tenant.tenant_id)].pairs = ()  # so that the refresh compiles its rules
     assert grants.refresh_all() == 0
     assert not grants.is_granted(tenant.tenant_id, TASK, QUEUE)
 
@@ -83,7 +84,7 @@ def test_a_refresh_begun_before_a_change_in_this_process_does_not_put_back_the_o
 def test_the_refresher_renews_entries_before_they_expire(tenant, django_assert_num_queries):
     grants.grant(tenant, "reports.*", QUEUE)
     try:
-        assert grants.start_refresher(interval_s=0.05)
+        assert grants.start_refresher(interval_s=0.05)  # reads every tenant's at its start
         assert not grants.start_refresher(interval_s=0.05)  # one a process
         first = grants._cache[str(tenant.tenant_id)].expires_at_s
         deadline = time.monotonic() + 5
@@ -112,3 +113,21 @@ def test_a_thread_pools_threads_are_started_before_its_first_task():
         assert len(pool.executor._threads) == 8
     finally:
         pool.executor.shutdown(wait=True)
+
+
+@pytest.mark.django_db
+def test_a_refresh_reads_only_the_tenants_looked_up_lately(
+        tenant, other_tenant, django_assert_num_queries):
+    grants.grant(tenant, "reports.*", QUEUE)
+    grants.grant(other_tenant, "reports.*", QUEUE)
+    assert grants.is_granted(tenant.tenant_id, TASK, QUEUE)
+    assert grants.is_granted(other_tenant.tenant_id, TASK, QUEUE)
+    grants._cache[str(other_tenant.tenant_id)].used_at_s -= grants.KEEP_WARM_S + 1
+    rules = grants._cache[str(tenant.tenant_id)].rules
+    with django_assert_num_queries(2):
+        assert grants.refresh_all() == 1
+    assert grants._cache[str(tenant.tenant_id)].rules is rules  # unchanged: not compiled again
+    _expire(other_tenant)
+    with django_assert_num_queries(2):  # aged out of the refresh: read on use
+        assert grants.is_granted(other_tenant.tenant_id, TASK, QUEUE)
+    assert grants.refresh_all(every_tenant=True) >= 2
