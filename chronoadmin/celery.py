@@ -108,10 +108,16 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
     # its own below).
     pool = getattr(sender, "pool", None)
     if isinstance(pool, ThreadTaskPool | SoloTaskPool):
+        from chronocore import grants
         from scheduler import log_capture
-        from scheduler.worker import connect_recording
+        from scheduler.worker import connect_recording, warm_threads
 
         connect_recording()
+        # The grants are renewed ahead of their expiry, not reloaded by the deliveries of a
+        # burst; the pool's threads exist before the first job (chronocore.grants).
+        grants.start_refresher()
+        if isinstance(pool, ThreadTaskPool):
+            warm_threads(pool)
         # Tasks run in this process: their log records are captured here (a solo pool runs
         # one at a time, so every thread's records are its task's, as in a prefork child).
         if log_capture.install_for(get_config()) and isinstance(pool, SoloTaskPool):
@@ -129,10 +135,12 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
 def _prepare_pool_child(**_: object) -> None:
     # Each prefork child, once initialised. It runs one task at a time: every thread's log
     # records while it runs are that task's.
+    from chronocore import grants
     from scheduler import log_capture
     from scheduler.worker import connect_recording
 
     connect_recording()
+    grants.start_refresher()
     if log_capture.install_for(get_config()):
         log_capture.capture_process_wide()
     freeze_startup_heap()

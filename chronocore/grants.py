@@ -17,11 +17,23 @@ processes (workers, other web processes) see the change within the TTL. A versio
 Redis would make that immediate but add a round trip to every message, or be cached itself,
 which is a TTL again; a grant revoked is refused everywhere five seconds later, and a message
 already in a queue is refused by its worker (defence in depth).
+
+A worker does not reload an entry on a delivery: its refresher thread (:func:`start_refresher`,
+started with the worker and in each prefork child) reads every tenant's grants once at its
+start, then every half TTL those of the tenants it looked up in the last ten minutes
+(:data:`KEEP_WARM_S`; a thousand tenants a query), so an entry in use is renewed before it
+expires and a burst that follows an idle spell finds its tenants' grants in the cache (a stale
+entry reloaded by each of a thread pool's 64 threads at once held a burst's first starts back by
+up to 260 ms). The TTL still bounds
+how old an answer may be: an entry the refresher failed to renew expires and is read again on
+the delivery, as without a refresher; and a load of one tenant's entry runs once however many
+threads want it at the same moment.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import re
 import threading
 import time
@@ -39,6 +51,7 @@ from chronocore.models import TaskGrant, Tenant
 EVERYTHING = "*"
 MAX_PATTERN_LENGTH = 200
 _MEMO_LIMIT = 1_024  # distinct (task, queue) answers kept per tenant entry
+log = logging.getLogger("chrono.grants")
 
 
 def pattern_problem(pattern: object) -> str | None:
@@ -92,27 +105,157 @@ def rules_grant(rules: tuple[Rule, ...], task_name: str, queue: str) -> bool:
 class _Entry:
     expires_at_s: float
     slug: str
+    pairs: tuple[tuple[str, str], ...]  # the patterns the rules were compiled from
     rules: tuple[Rule, ...]
     answers: dict[tuple[str, str], bool] = field(default_factory=dict)
+    used_at_s: float = 0.0  # last looked up (the refresher renews entries in use)
+
+
+# The refresher renews the entries looked up within this long: a worker serving a few of
+# 10,000 tenants reads their grants, not everyone's, every round.
+KEEP_WARM_S = 600.0
+_CHUNK = 1_000  # tenant ids per query of a refresh
 
 
 _cache: dict[str, _Entry] = {}
 _lock = threading.Lock()
+_loading: dict[str, threading.Lock] = {}  # one load of a tenant's entry at a time
+# Bumped by every forget(): a refresh whose reads began before a forget() does not put back
+# what it read (the grant changed meanwhile), so a change made in this process is seen at once.
+_generation = [0]
+
+
+def _ttl_s() -> float:
+    return get_config().grant_cache_ttl_ms / 1000
+
+
+def _fresh(key: str, now: float) -> _Entry | None:
+    entry = _cache.get(key)
+    return entry if entry is not None and entry.expires_at_s > now else None
 
 
 def _entry(tenant_id: uuid.UUID | str) -> _Entry:
     key = str(tenant_id)
-    entry = _cache.get(key)
     now = time.monotonic()
-    if entry is not None and entry.expires_at_s > now:
+    entry = _fresh(key, now)
+    if entry is not None:
+        entry.used_at_s = now
         return entry
-    pairs = list(TaskGrant.objects.filter(tenant_id=key)
-                 .values_list("task_pattern", "queue_pattern"))
-    slug = Tenant.objects.filter(tenant_id=key).values_list("slug", flat=True).first() or key
-    entry = _Entry(now + get_config().grant_cache_ttl_ms / 1000, slug, compile_rules(pairs))
     with _lock:
-        _cache[key] = entry
-    return entry
+        loading = _loading.setdefault(key, threading.Lock())
+    with loading:  # the threads that found it stale together wait for one load
+        entry = _fresh(key, time.monotonic())
+        if entry is not None:
+            return entry
+        with _lock:
+            generation = _generation[0]
+        now = time.monotonic()
+        pairs = tuple(TaskGrant.objects.filter(tenant_id=key).order_by("pk")
+                      .values_list("task_pattern", "queue_pattern"))
+        slug = Tenant.objects.filter(tenant_id=key).values_list("slug", flat=True).first() or key
+        entry = _Entry(now + _ttl_s(), slug, pairs, compile_rules(pairs), used_at_s=now)
+        with _lock:
+            if _generation[0] == generation:
+                _cache[key] = entry
+        return entry
+
+
+def refresh_all(*, every_tenant: bool = False) -> int:
+    """Read the grants of the tenants whose entries were looked up in the last
+    :data:`KEEP_WARM_S` (``every_tenant``: of every tenant, as a worker does at its start) and
+    renew this process's entries with them, the TTL counted from before the reads; how many
+    tenants. Entries whose patterns did not change keep their compiled rules and memoised
+    answers; the others age out."""
+    now = time.monotonic()
+    with _lock:
+        generation = _generation[0]
+        keys = None if every_tenant else [key for key, entry in _cache.items()
+                                          if entry.used_at_s > now - KEEP_WARM_S]
+    if keys == []:
+        return 0
+    pairs: dict[str, list[tuple[str, str]]] = {}
+    slugs: dict[str, str] = {}
+    for chunk in [None] if keys is None else [keys[i:i + _CHUNK]
+                                              for i in range(0, len(keys), _CHUNK)]:
+        grant_rows, tenant_rows = TaskGrant.objects.order_by("pk"), Tenant.objects.all()
+        if chunk is not None:
+            grant_rows = grant_rows.filter(tenant_id__in=chunk)
+            tenant_rows = tenant_rows.filter(tenant_id__in=chunk)
+        for tenant_id, task_pattern, queue_pattern in grant_rows.values_list(
+                "tenant_id", "task_pattern", "queue_pattern"):
+            pairs.setdefault(str(tenant_id), []).append((task_pattern, queue_pattern))
+        slugs.update((str(tenant_id), slug)
+                     for tenant_id, slug in tenant_rows.values_list("tenant_id", "slug"))
+    expires_at_s = now + _ttl_s()
+    renewed = {}
+    for key, slug in slugs.items():
+        tenant_pairs = tuple(pairs.get(key, ()))
+        old = _cache.get(key)
+        if old is not None and old.pairs == tenant_pairs:
+            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, old.rules, old.answers,
+                                  old.used_at_s)
+        else:
+            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, compile_rules(tenant_pairs),
+                                  used_at_s=now if every_tenant else 0.0)
+    with _lock:
+        if _generation[0] != generation:
+            return 0  # a grant changed while reading: the next round reads it
+        _cache.update(renewed)
+        for key in set(_cache if keys is None else keys) - set(slugs):
+            _cache.pop(key, None)  # the tenant is gone
+    return len(slugs)
+
+
+class _Refresher(threading.Thread):
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(name="chrono-grants-refresher", daemon=True)
+        self.interval_s = interval_s
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        while True:
+            try:
+                refresh_all()
+            except Exception as exc:  # noqa: BLE001 - the entries expire and load on use
+                log.warning("could not refresh the task grants (read on use meanwhile): %r", exc)
+                connection.close()
+            if self.stopping.wait(self.interval_s):
+                connection.close()
+                return
+
+
+_refresher: list[_Refresher] = []
+
+
+def start_refresher(interval_s: float | None = None) -> bool:
+    """Start this process's grant refresher (every half TTL unless ``interval_s``), after a first
+    refresh done here; False when one already runs or the cache is off (a TTL of 0)."""
+    ttl_s = _ttl_s()
+    if ttl_s <= 0:
+        return False
+    with _lock:
+        if _refresher and _refresher[0].is_alive():
+            return False
+        refresher = _Refresher(interval_s if interval_s is not None else ttl_s / 2)
+        _refresher[:] = [refresher]
+    try:
+        refresh_all(every_tenant=True)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not read the task grants at start (read on use meanwhile): %r", exc)
+    refresher.start()
+    return True
+
+
+def stop_refresher() -> None:
+    """Stop this process's grant refresher (tests)."""
+    with _lock:
+        refresher = _refresher[:]
+        _refresher.clear()
+    for thread in refresher:
+        thread.stopping.set()
+        thread.join(5)
 
 
 def is_granted(tenant_id: uuid.UUID | str, task_name: str, queue: str) -> bool:
@@ -139,6 +282,7 @@ def refusal(tenant_id: uuid.UUID | str, task_name: str, queue: str) -> str | Non
 def forget(tenant_id: uuid.UUID | str | None = None) -> None:
     """Drop this process's cached grants of one tenant (all tenants: None)."""
     with _lock:
+        _generation[0] += 1
         if tenant_id is None:
             _cache.clear()
         else:

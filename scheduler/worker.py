@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -83,6 +84,30 @@ def connect_recording() -> None:
     """Open the recording connections before the first job rather than while it waits."""
     _start_connection.connect()
     _finish_connection.connect()
+
+
+def warm_threads(pool: object, timeout_s: float = 10.0) -> int:
+    """Start every thread of a Celery thread pool now (its executor starts one a task, on the
+    first ``limit`` tasks: a burst's first jobs otherwise waited on their creation); how many
+    ran. Each warm-up call waits for the others, so that each holds a thread of its own."""
+    executor = getattr(pool, "executor", None)
+    limit = int(getattr(pool, "limit", 0) or 0)
+    if executor is None or limit < 1:
+        return 0
+    barrier = threading.Barrier(limit + 1)
+
+    def hold() -> None:
+        try:
+            barrier.wait(timeout_s)
+        except threading.BrokenBarrierError:
+            pass
+
+    futures = [executor.submit(hold) for _ in range(limit)]
+    try:
+        barrier.wait(timeout_s)
+    except threading.BrokenBarrierError:
+        log.warning("thread pool warm-up: not every thread started within %.0f s", timeout_s)
+    return sum(1 for future in futures if future.result(timeout_s) is None)
 
 
 def _retrying(record: Callable[[], T]) -> T:

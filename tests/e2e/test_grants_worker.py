@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from chronocore import grants
+from chronocore.config import get_config
 from scheduler import api
 from scheduler.models import Execution, ExecutionStatus
 from search.models import AuditEvent
@@ -30,10 +31,13 @@ def test_a_worker_refuses_a_message_whose_grant_was_removed_before_it_fired(
     grants.grant(other_tenant, "e2e.*", platform.queue)
     platform.start_beat()
     worker = platform.start_worker(name="guard")
+    # The worker read the grants when it started and renews them every half TTL (5 s): a
+    # revocation reaches it within the TTL, so the jobs fire past it.
+    fire_in = timedelta(milliseconds=get_config().grant_cache_ttl_ms + 1_500)
     refused = api.schedule_once("e2e.record_run", tenant=tenant, queue=platform.queue,
-                                delay=timedelta(seconds=2), kwargs={"label": "refused"})
+                                delay=fire_in, kwargs={"label": "refused"})
     allowed = api.schedule_once("e2e.record_run", tenant=other_tenant, queue=platform.queue,
-                                delay=timedelta(seconds=2), kwargs={"label": "allowed"})
+                                delay=fire_in, kwargs={"label": "allowed"})
     grants.revoke(tenant, "e2e.*", platform.queue)
 
     assert wait_for(lambda: _ended(refused.job_id) and _ended(allowed.job_id), timeout_s=40), \
