@@ -150,10 +150,10 @@ def _entry(tenant_id: uuid.UUID | str) -> _Entry:
         with _lock:
             generation = _generation[0]
         now = time.monotonic()
-        pairs = tuple(TaskGrant.objects.filter(tenant_id=key).order_by("pk")
-                      .values_list("task_pattern", "queue_pattern"))
-        slug = Tenant.objects.filter(tenant_id=key).values_list("slug", flat=True).first() or key
-        entry = _Entry(now + _ttl_s(), slug, pairs, compile_rules(pairs), used_at_s=now)
+        pairs, slugs = _read([key])
+        tenant_pairs = pairs.get(key, ())
+        entry = _Entry(now + _ttl_s(), slugs.get(key, key), tenant_pairs,
+                       compile_rules(tenant_pairs), used_at_s=now)
         with _lock:
             if _generation[0] == generation:
                 _cache[key] = entry
@@ -173,6 +173,31 @@ def refresh_all(*, every_tenant: bool = False) -> int:
                                           if entry.used_at_s > now - KEEP_WARM_S]
     if keys == []:
         return 0
+    pairs, slugs = _read(keys)
+    expires_at_s = now + _ttl_s()
+    renewed = {}
+    for key, slug in slugs.items():
+        tenant_pairs = pairs.get(key, ())
+        old = _cache.get(key)
+        if old is not None and old.pairs == tenant_pairs:
+            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, old.rules, old.answers,
+                                  old.used_at_s)
+        else:
+            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, compile_rules(tenant_pairs),
+                                  used_at_s=old.used_at_s if old is not None else now)
+    with _lock:
+        if _generation[0] != generation:
+            return 0  # a grant changed while reading: the next round reads it
+        _cache.update(renewed)
+        for key in set(_cache if keys is None else keys) - set(slugs):
+            _cache.pop(key, None)  # the tenant is gone
+    return len(slugs)
+
+
+def _read(keys: list[str] | None) -> tuple[dict[str, tuple[tuple[str, str], ...]],
+                                            dict[str, str]]:
+    """The grant patterns (in grant order) and slugs of the tenants ``keys`` (None: every
+    tenant's), :data:`_CHUNK` tenants a pair of queries."""
     pairs: dict[str, list[tuple[str, str]]] = {}
     slugs: dict[str, str] = {}
     for chunk in [None] if keys is None else [keys[i:i + _CHUNK]
@@ -186,24 +211,7 @@ def refresh_all(*, every_tenant: bool = False) -> int:
             pairs.setdefault(str(tenant_id), []).append((task_pattern, queue_pattern))
         slugs.update((str(tenant_id), slug)
                      for tenant_id, slug in tenant_rows.values_list("tenant_id", "slug"))
-    expires_at_s = now + _ttl_s()
-    renewed = {}
-    for key, slug in slugs.items():
-        tenant_pairs = tuple(pairs.get(key, ()))
-        old = _cache.get(key)
-        if old is not None and old.pairs == tenant_pairs:
-            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, old.rules, old.answers,
-                                  old.used_at_s)
-        else:
-            renewed[key] = _Entry(expires_at_s, slug, tenant_pairs, compile_rules(tenant_pairs),
-                                  used_at_s=now if every_tenant else 0.0)
-    with _lock:
-        if _generation[0] != generation:
-            return 0  # a grant changed while reading: the next round reads it
-        _cache.update(renewed)
-        for key in set(_cache if keys is None else keys) - set(slugs):
-            _cache.pop(key, None)  # the tenant is gone
-    return len(slugs)
+    return {key: tuple(found) for key, found in pairs.items()}, slugs
 
 
 class _Refresher(threading.Thread):

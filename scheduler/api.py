@@ -245,12 +245,12 @@ def cancel_many(job_ids: Sequence[uuid.UUID | str], *, tenant: TenantRef,
             rows = cursor.fetchall()
         found = [str(job_id) for job_id, _ in rows]
         changed = [str(job_id) for job_id, was_changed in rows if was_changed]
+        stopped = 0
         if changed:
             transaction.on_commit(lambda: timer_store().remove(changed))
-        # A one-time job is COMPLETED once dispatched: its queued or running execution is
-        # still cancelled here.
-        stopped = cancel_pending_executions(found, by=by) if found else 0
-        stopped += len(request_cancel_running(job_ids=found, by=by)) if found else 0
+        if found:  # a one-time job is COMPLETED once dispatched: its execution still stops
+            stopped = cancel_pending_executions(found, by=by)
+            stopped += len(request_cancel_running(job_ids=found, by=by))
     known = set(found)
     return CancelledMany(len(changed), stopped, tuple(i for i in ids if i not in known))
 
