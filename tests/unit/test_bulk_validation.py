@@ -67,7 +67,7 @@ def outcome(check, item):
         return exc.errors
 
 
-@settings(max_examples=3_000, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(ITEMS)
 def test_an_item_gets_the_same_spec_or_errors_as_by_every_rule(item):
     assert outcome(parse_job_spec, item) == outcome(checked_spec, item)

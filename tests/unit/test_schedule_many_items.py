@@ -61,7 +61,7 @@ def outcome(check, item):
         return ("spec", specs.python_problems(exc))
 
 
-@settings(max_examples=2_000, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(ITEM)
 def test_an_item_gets_the_same_spec_or_errors_as_by_the_general_conversion(item):
     assert outcome(lambda i: bulk_schedule._checked_item(i, LIMITS), item) == outcome(
