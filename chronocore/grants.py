@@ -119,7 +119,10 @@ _CHUNK = 1_000  # tenant ids per query of a refresh
 
 _cache: dict[str, _Entry] = {}
 _lock = threading.Lock()
-_loading: dict[str, threading.Lock] = {}  # one load of a tenant's entry at a time
+# One load of a tenant's entry at a time: a lock per stripe of tenants (a fixed number, not one
+# per tenant ever seen), so threads that found the same entry stale wait for one load.
+_LOAD_STRIPES = 64
+_loading = tuple(threading.Lock() for _ in range(_LOAD_STRIPES))
 # Bumped by every forget(): a refresh whose reads began before a forget() does not put back
 # what it read (the grant changed meanwhile), so a change made in this process is seen at once.
 _generation = [0]
@@ -141,9 +144,7 @@ def _entry(tenant_id: uuid.UUID | str) -> _Entry:
     if entry is not None:
         entry.used_at_s = now
         return entry
-    with _lock:
-        loading = _loading.setdefault(key, threading.Lock())
-    with loading:  # the threads that found it stale together wait for one load
+    with _loading[hash(key) % _LOAD_STRIPES]:
         entry = _fresh(key, time.monotonic())
         if entry is not None:
             return entry

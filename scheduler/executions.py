@@ -207,6 +207,25 @@ def _finish(cursor: prepared.PreparedCursor, requests: Sequence[FinishRequest], 
     return {str(row[0]) for row in cursor.fetchall()}
 
 
+def refusal_reason(started: StartedExecution) -> str:
+    """Why a write of ``started`` was refused, read again for the log (off the hot path: only
+    after a refusal). A lease lost to another attempt is not a row gone, as after a database
+    failover that lost the latest commits, and the operator is told which."""
+    rows = Execution.objects.filter(execution_id=started.execution_id)
+    if started.scheduled_for is not None:
+        rows = rows.filter(scheduled_for=started.scheduled_for)
+    row = rows.values_list("status", "fencing_token", "attempt", "worker_id").first()
+    if row is None:
+        return ("its execution row is gone (a database failover that lost its latest commits, "
+                "or a retention job that dropped its day)")
+    status, token, attempt, worker = row
+    if token != started.fencing_token:
+        return (f"fencing token {started.fencing_token} is stale: the execution is {status}, "
+                f"attempt {attempt}, token {token}, on {worker or 'no worker'} "
+                "(its lease expired and the reaper handed it on)")
+    return f"the execution is already {status} (attempt {attempt}, token {token})"
+
+
 def cancel_pending_executions(job_ids: Sequence[uuid.UUID | str], *, by: str) -> int:
     """Cancel the executions of jobs that have not started (``SCHEDULED``, ``DISPATCHED``,
     ``RETRY_WAIT``), in the caller's transaction; how many. One statement with their audit rows,

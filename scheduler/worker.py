@@ -50,6 +50,7 @@ from scheduler.executions import (
     FinishRequest,
     StartRequest,
     finish_executions,
+    refusal_reason,
     start_executions,
     started_by,
 )
@@ -264,7 +265,7 @@ class ChronoTask(Task):
             metrics.count_outcome("unrecorded")
             return result
         if not recorded:
-            log.warning("result of %s refused by the fencing check", execution_id)
+            log.warning("result of %s not recorded: %s", execution_id, refusal_reason(started))
         metrics.count_outcome("succeeded" if recorded else "refused")
         return result
 
@@ -308,7 +309,8 @@ class ChronoTask(Task):
             actor=f"worker:{self.request.hostname}",
         )
         if outcome is None:
-            log.warning("failure of %s refused by the fencing check", started.execution_id)
+            log.warning("failure of %s not recorded: %s", started.execution_id,
+                        refusal_reason(started))
             return "refused"
         if outcome.status != "RETRY_WAIT":
             log.info("execution %s ended %s", started.execution_id, outcome.status)

@@ -114,8 +114,8 @@ def test_a_worker_paused_past_its_lease_has_its_late_result_refused(platform, te
     winner = execution.worker_id
     assert execution.attempt == 2 and not winner.startswith(name)
     # The woken worker finishes its stale run; the fencing check must refuse its result.
-    assert wait_for(lambda: "refused by the fencing check" in sleeper.log_tail(200),
-                    timeout_s=30), sleeper.log_tail()
+    refused = "is stale: the execution is SUCCEEDED, attempt 2"
+    assert wait_for(lambda: refused in sleeper.log_tail(200), timeout_s=30), sleeper.log_tail()
     execution.refresh_from_db()
     assert execution.status == ExecutionStatus.SUCCEEDED and execution.worker_id == winner
 

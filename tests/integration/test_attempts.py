@@ -86,3 +86,25 @@ def test_attempts_sent_from_a_retry_timer_are_marked_dispatched_with_their_audit
     assert set(Execution.objects.filter(pk__in=waiting).values_list("status", flat=True)) == {
         "DISPATCHED"}
     assert all(actions_of(e) == [audit.EXECUTION_DISPATCHED] for e in waiting)
+
+
+def test_a_refused_write_is_explained_by_what_owns_the_execution_now(tenant):
+    from dataclasses import replace
+
+    from scheduler.executions import finish_execution, refusal_reason
+    from scheduler.models import ExecutionStatus
+
+    _, started = running_execution(tenant)
+    stale = replace(started, fencing_token=started.fencing_token - 1)
+    assert finish_execution(stale, status=ExecutionStatus.SUCCEEDED) is False
+    assert refusal_reason(stale) == (
+        f"fencing token {stale.fencing_token} is stale: the execution is RUNNING, attempt 1, "
+        f"token {started.fencing_token}, on w1 (its lease expired and the reaper handed it on)")
+
+    assert finish_execution(started, status=ExecutionStatus.SUCCEEDED) is True
+    assert finish_execution(started, status=ExecutionStatus.FAILED) is False
+    assert refusal_reason(started) == (
+        f"the execution is already SUCCEEDED (attempt 1, token {started.fencing_token})")
+
+    Execution.objects.filter(pk=started.execution_id).delete()
+    assert refusal_reason(started).startswith("its execution row is gone")
