@@ -47,7 +47,7 @@ browser-tools:
 	       --no-install-recommends chromium chromium-driver; }
 
 test: services lint browser-tools
-	$(BIN)/python -m pytest --ignore=tests/cluster
+	$(BIN)/python -m pytest --ignore=tests/cluster --durations=30
 
 # The suites that start clusters of their own (Redis Cluster, three RabbitMQ nodes, a PostgreSQL
 # standby) on loopback next to the services: slower, so apart from `make test`; CI runs both.
