@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from scheduler import prepared
@@ -214,7 +214,10 @@ def refusal_reason(started: StartedExecution) -> str:
     rows = Execution.objects.filter(execution_id=started.execution_id)
     if started.scheduled_for is not None:
         rows = rows.filter(scheduled_for=started.scheduled_for)
-    row = rows.values_list("status", "fencing_token", "attempt", "worker_id").first()
+    try:
+        row = rows.values_list("status", "fencing_token", "attempt", "worker_id").first()
+    except DatabaseError as exc:  # a log line must not fail the task it explains
+        return f"its execution could not be read again: {exc!r}"
     if row is None:
         return ("its execution row is gone (a database failover that lost its latest commits, "
                 "or a retention job that dropped its day)")
