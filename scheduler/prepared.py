@@ -8,6 +8,12 @@ reuses their plan. Their arrays go as one text literal each (:func:`array`, cast
 psycopg's binary list dumper costs ~2 µs an element in Python, six times the literal's, and the
 hot statements carry a dozen arrays of a batch's rows.
 
+Django connects psycopg with ``prepare_threshold=None``, which turns every ``prepare=True`` into
+a no-op: :func:`cursor` sets the threshold of the connection it uses to a number no statement
+reaches, so the statements run here are prepared (``prepare=True``) and nothing else is (Django's
+own cursors bind on the client and never prepare). ``tests/integration/test_prepared.py`` reads
+them back from ``pg_prepared_statements``.
+
 Errors come out as Django's (``django.db.DatabaseError`` and its subclasses), as from
 ``connection.cursor()``.
 
@@ -90,13 +96,20 @@ class OwnConnection:
             self._wrapper.close()
 
 
+# psycopg prepares a statement run with ``prepare=True``, or run this many times (which none is).
+_ONLY_WHEN_ASKED = 2**62
+
+
 @contextmanager
 def cursor(on: OwnConnection | None = None) -> Iterator[PreparedCursor]:
     """A cursor whose statements are prepared: on Django's connection of this thread (in its
     transaction), or ``on`` a connection of its own."""
     wrapper = connection if on is None else on.wrapper()
     wrapper.ensure_connection()
-    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as raw:
+    raw_connection = wrapper.connection
+    if raw_connection.prepare_threshold is None:
+        raw_connection.prepare_threshold = _ONLY_WHEN_ASKED
+    with wrapper.wrap_database_errors, psycopg.Cursor(raw_connection) as raw:
         yield PreparedCursor(raw)
 
 
