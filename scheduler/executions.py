@@ -136,9 +136,9 @@ def _start(cursor: prepared.PreparedCursor, requests: Sequence[StartRequest], *,
     if keyed:
         columns["scheduled_for"] = [r.scheduled_for for r in requests]
     if len(requests) == 1:
-        cursor.execute(_START_ONE_SQL[keyed], _one_row(columns))
+        cursor.execute(_START_ONE_SQL[keyed], _one_row(columns), rows=1)
     else:
-        cursor.execute(_START_SQL[keyed], _parameters(columns, keyed=keyed))
+        cursor.execute(_START_SQL[keyed], _parameters(columns, keyed=keyed), rows=len(requests))
     return {str(execution_id): (token, scheduled_for)
             for execution_id, token, scheduled_for in cursor.fetchall()}
 
@@ -201,9 +201,9 @@ def _finish(cursor: prepared.PreparedCursor, requests: Sequence[FinishRequest], 
     if keyed:
         columns["scheduled_for"] = [r.started.scheduled_for for r in requests]
     if len(requests) == 1:
-        cursor.execute(_finish_one_sql(columns["status"][0], keyed), _one_row(columns))
+        cursor.execute(_finish_one_sql(columns["status"][0], keyed), _one_row(columns), rows=1)
         return {requests[0].started.execution_id} if cursor.rowcount == 1 else set()
-    cursor.execute(_FINISH_SQL[keyed], _parameters(columns, keyed=keyed))
+    cursor.execute(_FINISH_SQL[keyed], _parameters(columns, keyed=keyed), rows=len(requests))
     return {str(row[0]) for row in cursor.fetchall()}
 
 

@@ -170,6 +170,7 @@ def load_and_insert(claimed: Sequence[tuple[str, int]]) -> dict[str, DueJob]:
                 prepared.ms_array(fire_ms for _, fire_ms in claimed),
                 job_ids,
             ],
+            rows=len(claimed),
         )
         return {row[0]: _due_job(row) for row in cursor.fetchall()}
 
@@ -269,6 +270,7 @@ def record_dispatched(
                 prepared.ms_array(nxt for _, _, nxt, _ in advances),
                 prepared.ms_array(ms for _, _, _, ms in advances),
             ],
+            rows=max(len(dispatched), len(advances)),
         )
         return {row[0] for row in cursor.fetchall()}
 
@@ -371,7 +373,8 @@ def changed_jobs(planned: Sequence[tuple[str, int]]) -> dict[str, tuple[str | No
             "OR j.next_run_at IS DISTINCT FROM x.fire_at",
             # The ids are the canonical text of UUIDs already (DueJob.job_id): no parsing.
             ["{" + ",".join(job_id for job_id, _ in planned) + "}",
-             prepared.array(ms_to_datetime(fire_ms) for _, fire_ms in planned)])
+             prepared.array(ms_to_datetime(fire_ms) for _, fire_ms in planned)],
+            rows=len(planned))
         return {job_id: (status, next_ms) for job_id, status, next_ms in cursor.fetchall()}
 
 

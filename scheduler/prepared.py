@@ -14,6 +14,13 @@ reaches, so the statements run here are prepared (``prepare=True``) and nothing 
 own cursors bind on the client and never prepare). ``tests/integration/test_prepared.py`` reads
 them back from ``pg_prepared_statements``.
 
+Only a statement of at most :data:`GENERIC_PLAN_MAX_ROWS` rows is prepared. After five runs of
+a prepared statement PostgreSQL may switch it to a generic plan, made without the arrays'
+lengths: for a beat's batch of 500 rows that plan's cost grew with the square of the rows, and
+PostgreSQL's CPU per job at the dispatch ceiling went from 0.10 to 0.39-2.09 ms. A larger
+statement is bound on the server but planned for its own arrays each time, and that planning
+is small beside its rows.
+
 Errors come out as Django's (``django.db.DatabaseError`` and its subclasses), as from
 ``connection.cursor()``.
 
@@ -100,6 +107,12 @@ class OwnConnection:
 _ONLY_WHEN_ASKED = 2**62
 
 
+# The most rows (elements of a statement's arrays) a prepared statement is run for: see the
+# module's docstring. The single-row statements of a worker's start and finish (one or two per
+# job) are well under it, and so are the small batches of a lightly loaded worker.
+GENERIC_PLAN_MAX_ROWS = 16
+
+
 @contextmanager
 def cursor(on: OwnConnection | None = None) -> Iterator[PreparedCursor]:
     """A cursor whose statements are prepared: on Django's connection of this thread (in its
@@ -114,15 +127,19 @@ def cursor(on: OwnConnection | None = None) -> Iterator[PreparedCursor]:
 
 
 class PreparedCursor:
-    """``execute``/``fetchall``/``rowcount`` over a psycopg cursor, every statement prepared
-    (psycopg keeps the prepared statements of a connection, keyed by their text). Only
-    :func:`cursor` makes one, inside the block that turns errors into Django's."""
+    """``execute``/``fetchall``/``rowcount`` over a psycopg cursor, its statements bound on the
+    server and those of a few rows prepared (psycopg keeps the prepared statements of a
+    connection, keyed by their text). Only :func:`cursor` makes one, inside the block that turns
+    errors into Django's."""
 
     def __init__(self, raw: psycopg.Cursor) -> None:
         self._raw = raw
 
-    def execute(self, sql: str, params: Sequence[object] | Mapping[str, object]) -> None:
-        self._raw.execute(sql, params, prepare=True)
+    def execute(self, sql: str, params: Sequence[object] | Mapping[str, object], *,
+                rows: int) -> None:
+        """Run ``sql`` for ``rows`` rows (the length of its arrays, 1 for a statement of
+        scalars), prepared if they are at most :data:`GENERIC_PLAN_MAX_ROWS`."""
+        self._raw.execute(sql, params, prepare=rows <= GENERIC_PLAN_MAX_ROWS)
 
     def fetchall(self) -> list[tuple]:
         return self._raw.fetchall()

@@ -567,7 +567,7 @@ def _apply_ends_of(run_ids: list[uuid.UUID]) -> int:
         if not runs:
             return 0
         with prepared.cursor() as cursor:
-            cursor.execute(_TAKE_ENDS_SQL, [array(runs), WATCHER])
+            cursor.execute(_TAKE_ENDS_SQL, [array(runs), WATCHER], rows=len(runs))
             rows = sorted(cursor.fetchall())  # in the order they were written
         if not rows:
             return 0

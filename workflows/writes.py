@@ -190,4 +190,5 @@ def write(writes: Writes, *, watcher: str) -> None:
         "run_finished": array(r.finished_at for r in runs),
     }
     with prepared.cursor() as cursor:
-        cursor.execute(WRITE_SQL, params)
+        cursor.execute(WRITE_SQL, params,
+                       rows=max(len(jobs), len(tasks), len(audits), len(runs)))

@@ -203,7 +203,7 @@ def test_array_literals_reach_postgresql_as_the_values_they_were(db):
     with prepared.cursor() as cursor:
         cursor.execute("SELECT %s::text[], %s::timestamptz[], %s::jsonb[]",
                        [prepared.array(texts), prepared.array(moments),
-                        prepared.array(['{"a": "q\\"uote"}'])])
+                        prepared.array(['{"a": "q\\"uote"}'])], rows=len(texts))
         (got_texts, got_moments, got_json), = cursor.fetchall()
     assert got_texts == texts
     assert got_moments == moments

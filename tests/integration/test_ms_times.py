@@ -21,7 +21,8 @@ def test_ms_times_equal_their_datetimes_exactly():
             f"SELECT ms, {prepared.MS_TIME.format('ms')}, "
             f"{prepared.MS_TIME.format('ms')} = t "
             "FROM unnest(%s::bigint[], %s::timestamptz[]) AS x(ms, t)",
-            [prepared.ms_array(TIMES_MS), prepared.array(ms_to_datetime(ms) for ms in TIMES_MS)])
+            [prepared.ms_array(TIMES_MS), prepared.array(ms_to_datetime(ms) for ms in TIMES_MS)],
+            rows=len(TIMES_MS))
         rows = cursor.fetchall()
     assert [(ms, ms_to_datetime(ms), True) for ms in TIMES_MS] == rows
     assert [datetime_to_ms(t) for _, t, _ in rows] == TIMES_MS
@@ -31,5 +32,5 @@ def test_a_missing_time_is_null():
     assert prepared.ms_array([5, None]) == "{5,NULL}"
     with prepared.cursor() as cursor:
         cursor.execute(f"SELECT {prepared.MS_TIME.format('ms')} FROM unnest(%s::bigint[]) ms",
-                       [prepared.ms_array([None])])
+                       [prepared.ms_array([None])], rows=1)
         assert cursor.fetchall() == [(None,)]

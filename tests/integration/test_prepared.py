@@ -1,4 +1,5 @@
-"""The hot path's statements are prepared on the server, and only they are."""
+"""The hot path's statements are prepared on the server, and only they are: those of a few rows
+(a batch of many is planned for its own arrays, never by a generic plan)."""
 
 import pytest
 from django.db import connection
@@ -8,6 +9,7 @@ from scheduler import prepared
 pytestmark = pytest.mark.django_db(transaction=True)
 
 _PROBE = "SELECT %s::int + 1 AS prepared_probe"
+_BATCH = "SELECT count(*) AS batch_probe_{} FROM unnest(%s::int[])"
 
 
 def _server_statements(cursor) -> list[str]:
@@ -18,7 +20,7 @@ def _server_statements(cursor) -> list[str]:
 def test_a_statement_run_on_this_threads_connection_is_prepared_once():
     with prepared.cursor() as cursor:
         for value in (1, 2, 3):
-            cursor.execute(_PROBE, [value])
+            cursor.execute(_PROBE, [value], rows=1)
             assert cursor.fetchall() == [(value + 1,)]
     with connection.cursor() as django_cursor:
         statements = _server_statements(django_cursor)
@@ -30,9 +32,9 @@ def test_a_statement_run_on_a_connection_of_its_own_is_prepared_there():
     own = prepared.OwnConnection()
     try:
         with prepared.cursor(on=own) as cursor:
-            cursor.execute(_PROBE, [41])
+            cursor.execute(_PROBE, [41], rows=1)
             assert cursor.fetchall() == [(42,)]
-            cursor.execute("SELECT statement FROM pg_prepared_statements", [])
+            cursor.execute("SELECT statement FROM pg_prepared_statements", [], rows=1)
             assert any("prepared_probe" in row[0] for row in cursor.fetchall())
     finally:
         own.close()
@@ -40,9 +42,23 @@ def test_a_statement_run_on_a_connection_of_its_own_is_prepared_there():
 
 def test_djangos_own_queries_are_not_prepared():
     with prepared.cursor() as cursor:
-        cursor.execute(_PROBE, [1])
+        cursor.execute(_PROBE, [1], rows=1)
     with connection.cursor() as django_cursor:
         for _ in range(10):
             django_cursor.execute("SELECT 7 AS django_probe")
         statements = _server_statements(django_cursor)
     assert not [s for s in statements if "django_probe" in s]
+
+
+def test_a_statement_of_more_rows_than_the_bound_is_bound_on_the_server_but_not_prepared():
+    most = prepared.GENERIC_PLAN_MAX_ROWS
+    with prepared.cursor() as cursor:
+        for name, size in (("small", most), ("large", most + 1)):
+            values = list(range(size))
+            for _ in range(8):  # past the five runs after which a generic plan may be chosen
+                cursor.execute(_BATCH.format(name), [prepared.array(values)], rows=size)
+                assert cursor.fetchall() == [(size,)]
+    with connection.cursor() as django_cursor:
+        statements = _server_statements(django_cursor)
+    assert [s for s in statements if "batch_probe" in s] == [
+        "SELECT count(*) AS batch_probe_small FROM unnest($1::int[])"]
