@@ -63,6 +63,13 @@ EARLY_CHECK_FACTOR = 3
 # Messages published and not yet confirmed, at most: past it the firer waits for confirms (a
 # connection lost with them unconfirmed publishes them again).
 MAX_IN_FLIGHT = 2_000
+# A burst shared by tenants goes out head first: its first HEAD_ITEMS occurrences (in turns by
+# tenant, so every tenant with a few jobs in it has them there), then, once RabbitMQ confirmed
+# them or after HEAD_WAIT_MS, the rest. Published in one batch with the big tenant's thousands,
+# the few jobs of a small tenant were at the front of the queue and still reached a worker
+# late, behind the broker's intake of the whole batch (bench/RESULTS.md, "Fair bursts").
+HEAD_ITEMS = 100
+HEAD_WAIT_MS = 30
 
 log = logging.getLogger("chrono.beat")
 
@@ -139,6 +146,19 @@ class _Group:
     def __iter__(self) -> Iterator[Prepared]:
         for own in self.by_tenant.values():
             yield from own
+
+
+class _Head(list):
+    """The head of a burst shared by tenants: the firer awaits its confirm (at most
+    ``HEAD_WAIT_MS``) before it sends the rest."""
+
+
+def head_first(in_turns: list[Prepared], *, tenants: int) -> list[list[Prepared]]:
+    """A group in turns by tenant as the batches to send: its head and the rest when it is
+    shared by tenants and longer than ``HEAD_ITEMS``, else the group whole."""
+    if tenants < 2 or len(in_turns) <= HEAD_ITEMS:
+        return [in_turns]
+    return [_Head(in_turns[:HEAD_ITEMS]), in_turns[HEAD_ITEMS:]]
 
 
 class DueBuckets:
@@ -361,6 +381,8 @@ class Firer(threading.Thread):
                 for group in groups:
                     self._send(group)
                     sent += 1
+                    if isinstance(group, _Head):
+                        self._await(group, HEAD_WAIT_MS / 1000)
                 if self._collect(self._poll_s()):
                     backoff_s = 0.1
             except DispatchError as exc:
@@ -388,11 +410,14 @@ class Firer(threading.Thread):
                 earliest = self._due.earliest_ms()
                 if (earliest is not None and earliest <= now
                         and self._in_flight_messages() < MAX_IN_FLIGHT):
-                    # One batch per view of the leases, in turns by tenant.
+                    # One batch per view of the leases, in turns by tenant (head first
+                    # when shared by tenants).
                     groups = self._due.take_due(now)
                     for group in groups:
                         self._taken.update(group.shards)
-                    return [turns(list(group.by_tenant.values())) for group in groups]
+                    return [batch for group in groups
+                            for batch in head_first(turns(list(group.by_tenant.values())),
+                                                    tenants=len(group.by_tenant))]
                 if self._in_flight or (self._unchecked and self._unchecked[0][0] <= now):
                     return []
                 if self._finishing and earliest is None and not self._unchecked:
@@ -436,6 +461,15 @@ class Firer(threading.Thread):
         with self.counters.timed("publish"), self.publish_lock:
             confirmation = self.publisher.send_encoded(messages, published_ms)
         self._in_flight.append((confirmation, batch, group))
+
+    def _await(self, group: list[Prepared], timeout_s: float) -> None:
+        """Read confirms until ``group``'s (sent last) is in, or for ``timeout_s`` at most."""
+        deadline = time.monotonic() + timeout_s
+        while any(sent is group for _, _, sent in self._in_flight):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._collect(min(left, POLL_MS / 1000))
 
     def _collect(self, timeout_s: float) -> bool:
         """Read confirms for up to ``timeout_s``; hand each batch that RabbitMQ confirmed to

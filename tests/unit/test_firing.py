@@ -16,7 +16,7 @@ import redis
 from django.db import OperationalError
 
 from chronocore.config import load_config
-from scheduler import occurrences
+from scheduler import firing, occurrences
 from scheduler.beat import Beat, BeatCounters, BeatThreadDied, prepare_at
 from scheduler.clock import now_ms
 from scheduler.dispatch import Confirmation, DispatchError, Publisher
@@ -388,3 +388,57 @@ def test_a_burst_shared_by_tenants_goes_out_in_turns_by_tenant_in_one_batch():
     assert len(batch) == 33
     assert batch[:6] == ["a0", "b0", "a1", "b1", "a2", "b2"]
     assert [j for j in batch if j.startswith("a")] == [f"a{i}" for i in range(30)]
+
+
+def test_a_long_burst_shared_by_tenants_goes_out_head_first_and_the_rest_after_its_confirm():
+    """Tenant a's 300 jobs and tenant b's 10 due at once: the first batch is the head (b's ten
+    in it, in turns with a's), and the rest goes out only once the head's confirm came."""
+    publisher, recorder = NotingPublisher(confirm_ms=10), NotingRecorder()
+    sent_jobs: list[list[str]] = []
+    send = publisher.send
+
+    def noting_send(messages):
+        sent_jobs.append([m.job for m in messages])
+        return send(messages)
+
+    publisher.send = noting_send
+    f, _ = firer(publisher, recorder)
+    due = now_ms() + 150
+    for i in range(300):
+        f.put(due, prepared(due, job=f"a{i}", tenant="a"))
+    for i in range(10):
+        f.put(due, prepared(due, job=f"b{i}", tenant="b"))
+    f.finish()
+    head, rest = sent_jobs
+    assert len(head) == firing.HEAD_ITEMS and len(rest) == 310 - firing.HEAD_ITEMS
+    assert [j for j in head if j.startswith("b")] == [f"b{i}" for i in range(10)]
+    assert [j for j in head + rest if j.startswith("a")] == [f"a{i}" for i in range(300)]
+    (head_sent, _), (rest_sent, _) = publisher.batches
+    head_confirmed = publisher.confirmed[0][0]
+    assert head_sent + publisher.confirm_ms <= head_confirmed <= rest_sent
+    assert sorted(j for b in recorder.batches for f_ in b.fired for j in [f_.job.job_id]) == \
+        sorted([f"a{i}" for i in range(300)] + [f"b{i}" for i in range(10)])
+
+
+def test_the_rest_of_a_burst_waits_for_its_heads_confirm_no_longer_than_the_bound():
+    publisher, recorder = NotingPublisher(confirm_ms=1_000), NotingRecorder()
+    f, _ = firer(publisher, recorder)
+    due = now_ms() + 150
+    for i in range(150):
+        f.put(due, prepared(due, job=f"a{i}", tenant="a"))
+    f.put(due, prepared(due, job="b0", tenant="b"))
+    f.finish()
+    (head_sent, head), (rest_sent, rest) = publisher.batches
+    assert (len(head), len(rest)) == (firing.HEAD_ITEMS, 151 - firing.HEAD_ITEMS)
+    assert firing.HEAD_WAIT_MS <= rest_sent - head_sent < firing.HEAD_WAIT_MS + 200
+    assert len(recorder.batches) == 2
+
+
+def test_a_long_burst_of_one_tenant_goes_out_in_one_batch():
+    publisher, recorder = NotingPublisher(confirm_ms=10), NotingRecorder()
+    f, _ = firer(publisher, recorder)
+    due = now_ms() + 150
+    for i in range(300):
+        f.put(due, prepared(due, job=f"a{i}", tenant="a"))
+    f.finish()
+    assert [len(fires) for _, fires in publisher.batches] == [300]
