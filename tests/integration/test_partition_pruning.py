@@ -89,9 +89,9 @@ def recorded() -> Iterator[list[tuple[str, object]]]:
     statements: list[tuple[str, object]] = []
     original = prepared.PreparedCursor.execute
 
-    def execute(self, sql, params):
+    def execute(self, sql, params, *, rows):
         statements.append((sql, params))
-        return original(self, sql, params)
+        return original(self, sql, params, rows=rows)
 
     prepared.PreparedCursor.execute = execute
     try:
