@@ -34,6 +34,7 @@ class NotingPublisher:
         self.nacks = nacks
         self.confirm_ms = confirm_ms
         self.batches: list[tuple[int, list[int]]] = []
+        self.jobs: list[list[str]] = []  # each batch's jobs, in the order sent
         self.stamps: list[int] = []
         self.confirmed: list[tuple[int, Confirmation]] = []  # (when, which)
         self._pending: list[tuple[int, Confirmation]] = []
@@ -51,6 +52,7 @@ class NotingPublisher:
         at = now_ms()
         assert all(m.chrono_headers["chrono_published_ms"] <= at for m in messages)
         self.batches.append((at, [m.fire_ms for m in messages]))
+        self.jobs.append([m.job for m in messages])
         self.stamps += [m.chrono_headers["chrono_published_ms"] for m in messages]
         first = self._tag + 1
         self._tag += len(messages)
@@ -366,14 +368,7 @@ def test_a_burst_shared_by_tenants_goes_out_in_turns_by_tenant_in_one_batch():
     """Tenant a's 30 jobs and tenant b's 3, due at the same time and prepared in slices under
     copies of the same leases: one batch, b's among the first six messages."""
     publisher, recorder = NotingPublisher(), NotingRecorder()
-    sent_jobs: list[list[str]] = []
-    send = publisher.send
-
-    def noting_send(messages):
-        sent_jobs.append([m.job for m in messages])
-        return send(messages)
-
-    publisher.send = noting_send
+    sent_jobs = publisher.jobs
     f, _ = firer(publisher, recorder)
     due = now_ms() + 150
     for slice_start in range(0, 30, 10):  # three slices, each with its own copy of the leases
@@ -394,14 +389,7 @@ def test_a_long_burst_shared_by_tenants_goes_out_head_first_and_the_rest_after_i
     """Tenant a's 300 jobs and tenant b's 10 due at once: the first batch is the head (b's ten
     in it, in turns with a's), and the rest goes out only once the head's confirm came."""
     publisher, recorder = NotingPublisher(confirm_ms=10), NotingRecorder()
-    sent_jobs: list[list[str]] = []
-    send = publisher.send
-
-    def noting_send(messages):
-        sent_jobs.append([m.job for m in messages])
-        return send(messages)
-
-    publisher.send = noting_send
+    sent_jobs = publisher.jobs
     f, _ = firer(publisher, recorder)
     due = now_ms() + 150
     for i in range(300):
