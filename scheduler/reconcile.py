@@ -17,6 +17,14 @@ on a Redis Cluster when another node serves some of the slots (a replica promote
 failover has what the asynchronous replication had sent it: timers added, moved or re-armed on
 the old primary in its last milliseconds may be missing). :func:`redis_incarnation` is looked
 at every second.
+
+The round robin is slow on purpose, and a timer lost in a crash between a job's commit and its
+timer (a worker's engine listener killed right after it wrote a workflow's next step) would wait
+for it: up to ten minutes. So the reconciler also looks, every ``OVERDUE_SWEEP_INTERVAL_S`` (or
+every round-robin step when that is longer: two seconds by default), at the pending jobs more
+than ``OVERDUE_GRACE_MS`` past their fire time (the oldest ``OVERDUE_BATCH``, one range of
+``job_status_next_run_idx``: on time, there are none), and repairs those of its shards that have
+no timer: such a job fires a few seconds late, not minutes.
 """
 
 from __future__ import annotations
@@ -33,14 +41,19 @@ import redis
 from django.db import DatabaseError, close_old_connections, connection
 
 from chronocore.redis_client import RedisClient, is_cluster
-from scheduler.clock import datetime_to_ms
+from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.models import Job
-from scheduler.sharding import timer_key_range
+from scheduler.sharding import shard_for, timer_key_range
 from scheduler.timers import TimerStore, shard_keys
 
 REBUILD_BATCH = 10_000
 LOOKUP_BATCH = 1_000
 INCARNATION_CHECK_INTERVAL_S = 1.0
+OVERDUE_SWEEP_INTERVAL_S = 1.0
+# Past this, a pending job's timer should have fired: the beat claims within its tick and the
+# firer publishes a 10,000-job burst in under a second.
+OVERDUE_GRACE_MS = 3_000
+OVERDUE_BATCH = 1_000
 
 log = logging.getLogger("chrono.reconcile")
 
@@ -93,6 +106,48 @@ def reconcile_shard(store: TimerStore, shard: int) -> ReconcileReport:
         store.client.zadd(shard_keys(shard)[0], repairs)
         log.warning("shard %d: repaired %d missing and %d misplaced timers", shard,
                     report.added, report.moved)
+    return report
+
+
+def overdue_timers(shards: frozenset[int], shard_count: int, *, now_ms: int,
+                   grace_ms: int = OVERDUE_GRACE_MS) -> dict[int, dict[str, int]]:
+    """``{shard: {job id: fire ms}}`` of the pending jobs of ``shards`` more than ``grace_ms``
+    past their fire time, the oldest ``OVERDUE_BATCH`` of every shard's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, next_run_at FROM chrono_job WHERE status = 'ACTIVE' "
+            "AND next_run_at < %s ORDER BY next_run_at LIMIT %s",
+            [ms_to_datetime(now_ms - grace_ms), OVERDUE_BATCH],
+        )
+        rows = cursor.fetchall()
+    found: dict[int, dict[str, int]] = {}
+    for job_id, next_run in rows:
+        shard = shard_for(str(job_id), shard_count)
+        if shard in shards:
+            found.setdefault(shard, {})[str(job_id)] = datetime_to_ms(next_run)
+    return found
+
+
+def reconcile_overdue(store: TimerStore, shards: frozenset[int], *,
+                      now_ms: int) -> ReconcileReport:
+    """Add the missing timers of the overdue jobs of ``shards`` (:func:`overdue_timers`): a
+    timer due or inflight is the beat's, left alone; a job fired or edited since it was read is
+    left alone as in :func:`reconcile_shard`."""
+    report = ReconcileReport()
+    for shard, expected in overdue_timers(shards, store.shard_count, now_ms=now_ms).items():
+        report.checked += len(expected)
+        missing = {job_id: fire_ms for job_id, (fire_ms, current)
+                   in _differences(store, shard, expected).items() if current is None}
+        if not missing:
+            continue
+        still = _still_pending(missing)
+        repairs = {job_id: fire_ms for job_id, fire_ms in missing.items()
+                   if still.get(job_id) == fire_ms}
+        if repairs:
+            store.client.zadd(shard_keys(shard)[0], repairs)
+            report.added += len(repairs)
+            log.warning("shard %d: %d overdue jobs had no timer, added (a crash between a "
+                        "job's commit and its timer)", shard, len(repairs))
     return report
 
 
@@ -191,6 +246,7 @@ class Reconciler(threading.Thread):
         self._cursor = 0
         self._incarnation: str | frozenset[str] | None = None
         self._next_incarnation_check = 0.0
+        self._next_overdue_sweep = 0.0
         # The pass over every owned shard after a restart or failover: what is left of it,
         # when it began, and what it repaired (logged when it ends).
         self._full_pass: set[int] = set()
@@ -209,6 +265,7 @@ class Reconciler(threading.Thread):
             shard = None
             try:
                 self._watch_incarnation()
+                self._sweep_overdue()
                 shard = self._next_shard()
                 if shard is not None:
                     self._note(shard, reconcile_shard(self.store, shard))
@@ -239,6 +296,13 @@ class Reconciler(threading.Thread):
         self._full_pass_started = now
         self._full_pass_report = ReconcileReport()
         self.gained(owned)
+
+    def _sweep_overdue(self) -> None:
+        now = time.monotonic()
+        if now < self._next_overdue_sweep or not self.owned:
+            return
+        self._next_overdue_sweep = now + OVERDUE_SWEEP_INTERVAL_S
+        self.totals += reconcile_overdue(self.store, self.owned, now_ms=now_ms())
 
     def _note(self, shard: int, report: ReconcileReport) -> None:
         self.totals += report

@@ -13,7 +13,8 @@ step already past it (the evaluator refuses it) and advances nothing.
 JobWatch`) and described by a :class:`~workflows.models.WorkflowTask`. Its timer is added on
 commit and announced to the beat at once, which fires it through the ordinary path: claim,
 execution row, confirmed publish, a worker's lease. A crash between the commit and the timer is
-repaired as for any job (the jobs table is the truth; ``rebuild-timers`` and the reconciler).
+repaired as for any job (the jobs table is the truth: the reconciler's overdue sweep adds it within
+seconds, and ``rebuild-timers``).
 Step jobs never retry on their own (``max_attempts`` 1): the step's retry policy is the
 evaluator's, and each retry is a new attempt with a job of its own, due at its backoff.
 

@@ -15,6 +15,7 @@ import pytest
 from scheduler import api
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduler.timers import timer_store
 from tests.helpers import FAST_FAILOVER, deliveries, delivery_log, replicas_seen, runs, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -158,3 +159,27 @@ def test_rabbitmq_dropping_every_connection_mid_run_loses_nothing(platform, tena
     assert_each_ran_exactly_once(platform, jobs)
     logs = "".join(beat.log_path.read_text(errors="replace") for beat in beats.values())
     assert "publishing failed, retrying" in logs, "no beat saw its connection closed"
+
+
+def test_jobs_committed_whose_timers_never_reached_redis_fire_seconds_late_not_minutes(
+        platform, tenant):
+    """A process killed between a job's commit and its timer (a worker's engine listener
+    writing a workflow's next step) leaves a pending row with no timer and no announcement:
+    the beat's overdue sweep finds it a few seconds past its time, long before the round robin
+    of 256 shards (two seconds each) would, and each job still runs exactly once."""
+    beat = platform.start_beat("beat-a", **FAST_FAILOVER)
+    platform.start_worker(concurrency=2)
+    assert wait_for(lambda: platform.owned("beat-a") > 0, timeout_s=20)
+    time.sleep(4)  # past the reconciler's pass over the shards it has just gained
+    jobs = api.schedule_once_many("e2e.record_run", tenant=tenant, queue=platform.queue,
+                                  fire_times=[ms_to_datetime(now_ms() + 600_000)] * 20)
+    ids = [str(job.job_id) for job in jobs]
+    timer_store().remove(ids)  # as if the commit's timers were never written
+    due = now_ms() + 1_000
+    Job.objects.filter(job_id__in=ids).update(next_run_at=ms_to_datetime(due))
+
+    assert wait_for(all_succeeded(jobs), timeout_s=20), "the jobs without timers never ran"
+    assert_each_ran_exactly_once(platform, jobs)
+    late = [datetime_to_ms(e.started_at) - due for e in Execution.objects.filter(job__in=jobs)]
+    assert max(late) < 15_000, late
+    assert "overdue jobs had no timer" in beat.log_path.read_text(errors="replace")

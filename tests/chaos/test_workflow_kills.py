@@ -92,7 +92,11 @@ def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step
     kinds = ["worker", "beat", "reaper", "indexer", "web", "worker"]
     for n, (kind, key) in enumerate(zip(kinds, keys[:len(kinds)], strict=True), start=1):
         assert wait_for(lambda k=key: WorkflowRun.objects.get(pk=run.pk).state["steps"][k]
-                        ["status"] == "SUCCEEDED", timeout_s=60), kind
+                        ["status"] == "SUCCEEDED", timeout_s=60), (
+            kind, key, WorkflowRun.objects.get(pk=run.pk).state["steps"][key],
+            list(Execution.objects.filter(job__in=Job.objects.filter(job_id__in=WorkflowTask
+                 .objects.filter(run_id=run.run_id, step_key=key).values("job_id")))
+                 .values_list("status", "reason")))
         _kill(processes[kind])
         processes[kind] = restarts[kind](n)
     run = _finished(run)
