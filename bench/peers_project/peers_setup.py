@@ -47,11 +47,21 @@ def dcb_once(count: int, start_ms: int) -> None:
 
 
 def dcb_clear() -> None:
-    from django_celery_beat.models import ClockedSchedule, CrontabSchedule, PeriodicTask
+    """One ``TRUNCATE``: the ORM's ``delete()`` collects every row and runs django-celery-beat's
+    per-row delete signals, which took over 300 s for 10,000 one-off tasks."""
+    from django.db import connection
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        PeriodicTask,
+        PeriodicTasks,
+    )
 
-    PeriodicTask.objects.all().delete()
-    ClockedSchedule.objects.all().delete()
-    CrontabSchedule.objects.all().delete()
+    tables = ", ".join(connection.ops.quote_name(model._meta.db_table)
+                       for model in (PeriodicTask, ClockedSchedule, CrontabSchedule))
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {tables} CASCADE")  # nosec B608: the models' own table names
+    PeriodicTasks.update_changed()
 
 
 def eta(count: int, start_ms: int) -> None:
