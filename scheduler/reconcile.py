@@ -94,16 +94,14 @@ def reconcile_shard(store: TimerStore, shard: int) -> ReconcileReport:
     candidates = _differences(store, shard, expected)
     if not candidates:
         return ReconcileReport(checked=len(expected))
-    still = _still_pending(candidates)
-    repairs = {job_id: fire_ms for job_id, (fire_ms, _) in candidates.items()
-               if still.get(job_id) == fire_ms}
+    repairs = _repair(store, shard, {job_id: fire_ms
+                                     for job_id, (fire_ms, _) in candidates.items()})
     report = ReconcileReport(
         checked=len(expected),
         added=sum(1 for job_id in repairs if candidates[job_id][1] is None),
         moved=sum(1 for job_id in repairs if candidates[job_id][1] is not None),
     )
     if repairs:
-        store.client.zadd(shard_keys(shard)[0], repairs)
         log.warning("shard %d: repaired %d missing and %d misplaced timers", shard,
                     report.added, report.moved)
     return report
@@ -112,7 +110,7 @@ def reconcile_shard(store: TimerStore, shard: int) -> ReconcileReport:
 def overdue_timers(shards: frozenset[int], shard_count: int, *, now_ms: int,
                    grace_ms: int = OVERDUE_GRACE_MS) -> dict[int, dict[str, int]]:
     """``{shard: {job id: fire ms}}`` of the pending jobs of ``shards`` more than ``grace_ms``
-    past their fire time, the oldest ``OVERDUE_BATCH`` of every shard's."""
+    past their fire time, among the oldest ``OVERDUE_BATCH`` overdue jobs of every shard."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT job_id, next_run_at FROM chrono_job WHERE status = 'ACTIVE' "
@@ -138,13 +136,8 @@ def reconcile_overdue(store: TimerStore, shards: frozenset[int], *,
         report.checked += len(expected)
         missing = {job_id: fire_ms for job_id, (fire_ms, current)
                    in _differences(store, shard, expected).items() if current is None}
-        if not missing:
-            continue
-        still = _still_pending(missing)
-        repairs = {job_id: fire_ms for job_id, fire_ms in missing.items()
-                   if still.get(job_id) == fire_ms}
+        repairs = _repair(store, shard, missing) if missing else {}
         if repairs:
-            store.client.zadd(shard_keys(shard)[0], repairs)
             report.added += len(repairs)
             log.warning("shard %d: %d overdue jobs had no timer, added (a crash between a "
                         "job's commit and its timer)", shard, len(repairs))
@@ -173,6 +166,18 @@ def _differences(
             if current != expected[job_id]:
                 found[job_id] = (expected[job_id], current)
     return found
+
+
+def _repair(store: TimerStore, shard: int, timers: dict[str, int]) -> dict[str, int]:
+    """Write the ``{job id: fire ms}`` timers of ``shard`` whose job is still pending at that
+    time when re-read (a timer the beat fired, or a job edited, since is left alone); returns
+    what was written."""
+    still = _still_pending(timers)
+    repairs = {job_id: fire_ms for job_id, fire_ms in timers.items()
+               if still.get(job_id) == fire_ms}
+    if repairs:
+        store.client.zadd(shard_keys(shard)[0], repairs)
+    return repairs
 
 
 def _still_pending(candidates: dict[str, object]) -> dict[str, int]:
