@@ -198,7 +198,8 @@ DESCRIPTIONS: dict[str, str] = {
     "execution_partitions_ahead_days": "Daily partitions of the executions table created "
     "ahead of today.",
     "retention_interval_ms": "How often the reaper runs the retention pass (partitions ahead, "
-    "expired days, shipped audit rows); 0: never (run `chrono retention` yourself).",
+    "expired days, shipped audit rows, and the data streams' rollover and expired indices on "
+    "an engine without ILM/ISM); 0: never (run `chrono retention` yourself).",
     "reaper_scan_window_days": "The reaper's every-second scans of running and retry-waiting "
     "executions read only the partitions of this many last days; each retention pass scans "
     "them all.",

@@ -30,6 +30,9 @@ _COUNTS = (
      "Retention passes run (executions' partitions ahead, expired days, shipped audit rows)."),
     ("partitions_dropped", "chrono_reaper_partitions_dropped",
      "Expired days of executions dropped by the retention passes."),
+    ("stream_indices_deleted", "chrono_reaper_stream_indices_deleted",
+     "Expired backing indices of the audit and execution-log streams the retention passes "
+     "deleted (only on an engine without ILM/ISM)."),
 )
 
 
@@ -51,6 +54,12 @@ class ReaperCollector:
             "an audit row unshipped or a workflow end unapplied).")
         kept.add_metric([], counters.partitions_kept)
         yield kept
+        streams = GaugeMetricFamily(
+            "chrono_reaper_streams_failed",
+            "Data streams the last retention pass could not roll over or prune (the search "
+            "engine out of reach or refusing).")
+        streams.add_metric([], counters.streams_failed)
+        yield streams
         for name, documentation, per_queue in (
             ("chrono_reaper_undelivered_flagged",
              "Executions flagged: they waited past undelivered_flag_after_ms on a queue "

@@ -79,6 +79,10 @@ class ReaperCounters:
     partitions_dropped: int = 0
     # Expired days the last retention pass kept (a gauge).
     partitions_kept: int = 0
+    # Backing indices of the audit and execution-log streams the passes deleted (on an engine
+    # without a lifecycle of its own), and the streams the last pass could not change (a gauge).
+    stream_indices_deleted: int = 0
+    streams_failed: int = 0
     # Per queue: executions flagged as undelivered, and flags taken off (a consumer came).
     undelivered_flagged: Counter[str] = field(default_factory=Counter)
     undelivered_cleared: Counter[str] = field(default_factory=Counter)
@@ -159,6 +163,10 @@ class Reaper:
             self.counters.retention_passes += 1
             self.counters.partitions_dropped += len(report.dropped)
             self.counters.partitions_kept = len(report.kept) + len(report.failed)
+            if not report.dry_run:
+                self.counters.stream_indices_deleted += sum(
+                    len(stream.deleted) for stream in report.streams)
+            self.counters.streams_failed = len(report.streams_failed)
         return report
 
     def check_undelivered(self) -> None:

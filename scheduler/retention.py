@@ -11,11 +11,15 @@ One pass (``chrono retention``, and the reaper every ``retention_interval_ms``):
    report says why);
 3. deletes the default partition's expired rows on the same conditions, row by row;
 4. deletes the audit outbox rows shipped more than ``audit_outbox_keep_hours`` ago (the
-   indexer does too).
+   indexer does too);
+5. on a search engine that applies no lifecycle policy (OpenSearch without its ISM plugin),
+   applies the audit and execution-log streams' policy itself: rolls them over daily and deletes
+   their indices rolled over longer ago than their retention (:mod:`search.stream_lifecycle`).
+   An engine that cannot be reached fails this step alone; the next pass tries again.
 
 Execution log lines never pass through PostgreSQL (they go from the worker's spool to the
 engine), so dropping an execution's row loses none of them; their own retention is the data
-stream's lifecycle policy (:mod:`search.log_stream`).
+stream's lifecycle policy (:mod:`search.log_stream`), or step 5 where the engine runs none.
 
 One pass at a time: a pass holds a PostgreSQL advisory lock, and a second one (another reaper)
 skips its turn. ``dry_run`` changes nothing and reports what a pass would do.
@@ -33,7 +37,8 @@ from django.utils import timezone
 
 from scheduler import partitions
 from scheduler.partitions import DropOutcome
-from search import outbox_retention
+from search import outbox_retention, stream_lifecycle
+from search.stream_lifecycle import StreamOutcome
 
 if TYPE_CHECKING:
     from chronocore.config import ChronoConfig
@@ -57,6 +62,7 @@ class RetentionReport:
     failed: dict[date, str] = field(default_factory=dict)
     default_rows_deleted: int = 0
     audit_rows_deleted: int = 0
+    streams: list[StreamOutcome] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """The report for a person, one line per change (``would`` on a dry run)."""
@@ -76,7 +82,13 @@ class RetentionReport:
         out.append(f"{verb}delete {self.default_rows_deleted} expired rows of the default "
                    "partition")
         out.append(f"{verb}delete {self.audit_rows_deleted} shipped audit outbox rows")
+        for stream in self.streams:
+            out += stream.lines(dry_run=self.dry_run)
         return out
+
+    @property
+    def streams_failed(self) -> list[StreamOutcome]:
+        return [stream for stream in self.streams if stream.error is not None]
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -98,9 +110,11 @@ def _took(outcome: DropOutcome) -> str:
 
 
 def run_retention(config: ChronoConfig, *, dry_run: bool = False,
-                  today: date | None = None) -> RetentionReport:
-    """One retention pass (see the module's docstring). ``today`` (a UTC day) is for tests.
-    Raises :class:`scheduler.errors.PartitioningMissing` before migration 0015."""
+                  today: date | None = None, streams_at_ms: int | None = None
+                  ) -> RetentionReport:
+    """One retention pass (see the module's docstring). ``today`` (a UTC day) and
+    ``streams_at_ms`` (the data streams' clock) are for tests. Raises
+    :class:`scheduler.errors.PartitioningMissing` before migration 0015."""
     report = RetentionReport(dry_run=dry_run, today=today or partitions.today_utc())
     if not _try_lock():
         report.ran = False
@@ -115,10 +129,14 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
         report.audit_rows_deleted = (
             outbox_retention.count_shipped(shipped_before) if dry_run
             else outbox_retention.delete_shipped(shipped_before))
+        report.streams = stream_lifecycle.run(config, dry_run=dry_run, at_ms=streams_at_ms)
     finally:
         _unlock()
     for line in report.lines():
         log.info("retention: %s", line)
+    for stream in report.streams_failed:
+        log.warning("retention: data stream %s not changed, tried again at the next pass: %s",
+                    stream.stream, stream.error)
     return report
 
 

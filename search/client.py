@@ -233,6 +233,34 @@ class SearchClient:
             raise SearchResponseError(f"GET _data_stream/{name} answered no data stream")
         return [str(index["index_name"]) for index in streams[0].get("indices", [])]
 
+    def backing_index_stats(self, index_pattern: str) -> dict[str, tuple[int, int, int]]:
+        """``{index: (creation time in epoch ms, bytes its primary shards store, documents
+        in them)}`` for the indices matching ``index_pattern`` (hidden ones, as a data
+        stream's backing indices are, included)."""
+        created = self._request(
+            "GET", f"/{_name(index_pattern)}/_settings",
+            params={"expand_wildcards": "all",
+                    "filter_path": "*.settings.index.creation_date"})
+        stats = self._request(
+            "GET", f"/{_name(index_pattern)}/_stats/store,docs",
+            params={"expand_wildcards": "all", "level": "indices",
+                    "filter_path": "indices.*.primaries.store.size_in_bytes,"
+                                   "indices.*.primaries.docs.count"})
+        primaries = {name: entry.get("primaries") or {}
+                     for name, entry in (stats.get("indices") or {}).items()}
+        return {
+            name: (int(entry["settings"]["index"]["creation_date"]),
+                   int((primaries.get(name, {}).get("store") or {}).get("size_in_bytes") or 0),
+                   int((primaries.get(name, {}).get("docs") or {}).get("count") or 0))
+            for name, entry in created.items()
+        }
+
+    def delete_index(self, name: str) -> None:
+        """Delete the index ``name`` (a data stream's backing index other than its write
+        index); one that is not there counts as deleted."""
+        with suppress(SearchNotFound):
+            self._request("DELETE", f"/{_name(name)}")
+
     def mapping(self, target: str) -> dict[str, Any]:
         """The field mappings of ``target``'s indices, ``{index: {"mappings": …}}``."""
         return self._request("GET", f"/{_name(target)}/_mapping")

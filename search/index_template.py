@@ -207,7 +207,8 @@ def install_policy(
     """Create or replace ``stream``'s retention policy on this engine (ILM on Elasticsearch,
     ISM on OpenSearch with its plugin) and put it on the backing indices that exist already
     (a template or ``ism_template`` only reaches indices created after it); its name, or None
-    when the engine has no policies (logged: the indices are then kept until deleted)."""
+    when the engine has no policies (logged: :mod:`search.stream_lifecycle` then applies
+    them)."""
     engine = client.engine().engine
     if engine is Engine.ELASTICSEARCH:
         client.put_ilm_policy(stream.policy_name, ilm_policy(retention_days, path=ilm_file))
@@ -216,9 +217,10 @@ def install_policy(
             stream.policy_name, ism_policy(stream, retention_days, path=ism_file))
     else:
         log.warning(
-            "OpenSearch at %s has no Index State Management plugin (%s): indices of %s "
-            "are kept until deleted by hand; install the plugin and restart the indexer to "
-            "apply the %d-day retention policy",
+            "OpenSearch at %s has no Index State Management plugin (%s): Chrono's retention "
+            "pass (the reaper, hourly) rolls %s over daily and deletes its indices %d days "
+            "after their rollover itself; install the plugin and restart the indexer for the "
+            "engine to do it",
             client.base_url, ISM_PLUGIN, stream.name, retention_days,
         )
         return None

@@ -54,6 +54,6 @@ def test_install_is_idempotent_and_says_when_the_engine_applies_no_retention(
         assert ISM_PLUGIN not in search_client.plugin_names()  # the test node has no ISM
         warnings = [r.getMessage() for r in caplog.records
                     if "no Index State Management plugin" in r.getMessage()]
-        assert len(warnings) == 2 and stream.name in warnings[0] and "3-day" in warnings[0]
+        assert len(warnings) == 2 and stream.name in warnings[0] and "3 days" in warnings[0]
     finally:
         log_stream.uninstall(search_client, stream)

@@ -289,6 +289,7 @@ def test_the_reaper_scans_recent_days_each_pass_and_every_day_after_a_retention_
                   for family in ReaperCollector(reaper).collect() if family.samples}
         assert series["chrono_reaper_retention_passes"] == 1
         assert series["chrono_reaper_expired_partitions_kept"] == 0
+        assert series["chrono_reaper_streams_failed"] == 0  # the suite's engine answered
     finally:
         reaper.publisher.close()
         reaper.inspector.close()

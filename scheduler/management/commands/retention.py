@@ -1,6 +1,8 @@
 """``chrono retention``: one retention pass by hand (:func:`scheduler.retention.run_retention`):
 partitions of the executions table created ahead, expired days dropped once shipped, shipped
-audit outbox rows deleted. ``--dry-run`` says what it would do and changes nothing."""
+audit outbox rows deleted, and, on an engine without a lifecycle of its own, the audit and
+execution-log streams rolled over and their expired indices deleted. ``--dry-run`` says what it
+would do and changes nothing."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from scheduler.retention import run_retention
 class Command(BaseCommand):
     help = ("Create the executions table's daily partitions ahead, drop the days older than "
             "CHRONO_EXECUTION_RETENTION_DAYS whose executions are finished and whose audit "
-            "events are shipped, and delete shipped audit outbox rows (the reaper does this "
-            "every CHRONO_RETENTION_INTERVAL_MS).")
+            "events are shipped, delete shipped audit outbox rows and, where the search engine "
+            "has no lifecycle plugin, roll the audit and execution-log streams over and delete "
+            "their expired indices (the reaper does this every CHRONO_RETENTION_INTERVAL_MS).")
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true",
@@ -39,3 +42,6 @@ class Command(BaseCommand):
         if report.failed:
             raise CommandError(f"{len(report.failed)} partitions could not be changed (see "
                                "above); the next pass tries again")
+        if report.streams_failed:
+            raise CommandError(f"{len(report.streams_failed)} data streams could not be "
+                               "changed (see above); the next pass tries again")
