@@ -257,6 +257,11 @@ def record_dispatched(
             "  FROM unnest(%s::uuid[], %s::bigint[], %s::bigint[], %s::bigint[]) "
             "  AS u(job_id, fired_ms, next_ms, confirmed_ms)) AS x "
             "WHERE j.job_id = x.job_id AND j.status = 'ACTIVE' AND j.next_run_at = x.fired_at "
+            # The main query reads j, so PostgreSQL updates the jobs before e runs: this
+            # makes it lock every execution of the batch (l, in id order) first, the order
+            # a worker's end of a failed attempt takes them in (the execution, then its job's
+            # retry count); in the other order the two deadlocked.
+            "AND (SELECT count(*) FROM l) >= 0 "
             "RETURNING j.job_id, j.tenant_id, j.status, j.updated_at, x.confirmed_at), "
             f"a AS ({_DISPATCHED_AUDIT}) "
             "SELECT job_id::text FROM j",

@@ -296,18 +296,27 @@ class ChronoTask(Task):
             log.info("execution %s cancelled while running", started.execution_id)
             return "cancelled"
         error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        outcome = end_attempt(
-            started.execution_id,
-            scheduled_for=started.scheduled_for,
-            fencing_token=started.fencing_token,
-            from_status="RUNNING",
-            attempt=started.attempt,
-            policy=self._retry_policy(),
-            error=failure_error(exc),
-            error_type=error_type,
-            traceback=failure_traceback(exc),
-            actor=f"worker:{self.request.hostname}",
-        )
+        policy = self._retry_policy()
+        try:
+            # As a start or a finish, tried again when PostgreSQL failed it (a deadlock victim,
+            # a failover): the update is conditional on the run's fencing token.
+            outcome = _retrying(lambda: end_attempt(
+                started.execution_id,
+                scheduled_for=started.scheduled_for,
+                fencing_token=started.fencing_token,
+                from_status="RUNNING",
+                attempt=started.attempt,
+                policy=policy,
+                error=failure_error(exc),
+                error_type=error_type,
+                traceback=failure_traceback(exc),
+                actor=f"worker:{self.request.hostname}",
+            ))
+        except DatabaseError as db_exc:
+            # The run stays RUNNING until its lease expires; the reaper then applies the
+            # retry policy.
+            log.error("could not record the failure of %s: %r", started.execution_id, db_exc)
+            return "unrecorded"
         if outcome is None:
             log.warning("failure of %s not recorded: %s", started.execution_id,
                         refusal_reason(started))

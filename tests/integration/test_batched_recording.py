@@ -4,13 +4,14 @@ start or finish made alone: one start per execution, fenced finishes, one audit 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from scheduler import api
+from scheduler import api, occurrences
 from scheduler.batching import Coalescer
-from scheduler.clock import now_ms
+from scheduler.clock import datetime_to_ms, now_ms
 from scheduler.executions import (
     FinishRequest,
     StartRequest,
@@ -209,3 +210,71 @@ def test_array_literals_reach_postgresql_as_the_values_they_were(db):
     assert got_moments == moments
     # (Django's psycopg set-up returns jsonb as its text.)
     assert [json.loads(v) if isinstance(v, str) else v for v in got_json] == [{"a": 'q"uote'}]
+
+
+def test_the_beats_record_and_a_workers_failed_attempt_take_their_locks_in_one_order(tenant):
+    """Both update an execution and its job in one statement: the beat's record of a dispatch
+    (a worker can start, and fail, before it) and a worker's end of a failed attempt (the job's
+    retry count). Both lock the execution first. With the record's job update first, the two
+    deadlocked (CI, session 17), and the worker's failure went unrecorded until the reaper.
+
+    Here the worker's side is played in two steps on a connection of its own: the execution
+    locked, the record started and waiting, then the job updated."""
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+    fire_ms = datetime_to_ms(job.next_run_at)
+    execution_id = str(execution_id_for(str(job.job_id), fire_ms))
+    Execution.objects.create(execution_id=execution_id, job=job, tenant=tenant,
+                             scheduled_for=job.next_run_at, status="RUNNING", fencing_token=1,
+                             worker_id="w1")
+    errors: list[BaseException] = []
+    locked, recorder_pid = threading.Event(), []
+
+    def worker_side() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("UPDATE chrono_execution SET reason = 'failing' "
+                               "WHERE execution_id = %s", [execution_id])
+                locked.set()
+                waited = time.monotonic()
+                while not _waiting_on_a_lock(cursor, recorder_pid) and \
+                        time.monotonic() - waited < 10:
+                    time.sleep(0.01)
+                cursor.execute("UPDATE chrono_job SET retry_count = retry_count + 1 "
+                               "WHERE job_id = %s", [job.job_id])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def recorder_side() -> None:
+        try:
+            locked.wait(10)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                recorder_pid.append(cursor.fetchone()[0])
+            occurrences.record_dispatched(
+                [(execution_id, fire_ms, now_ms())],
+                advances=[occurrences.JobAdvance(str(job.job_id), fire_ms, None, now_ms())])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker_side), threading.Thread(target=recorder_side)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    job.refresh_from_db()
+    assert (job.retry_count, job.status) == (1, "COMPLETED")
+    assert Execution.objects.get(pk=execution_id).dispatched_at is not None
+
+
+def _waiting_on_a_lock(cursor, pids: list[int]) -> bool:
+    if not pids:
+        return False
+    cursor.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                   [pids[0]])
+    row = cursor.fetchone()
+    return bool(row and row[0])

@@ -10,6 +10,7 @@ from django.db import OperationalError
 
 from chronoadmin.celery import app
 from scheduler import worker
+from scheduler.attempts import Outcome
 from scheduler.batching import Coalescer
 from scheduler.lifecycle import StartedExecution
 
@@ -147,3 +148,33 @@ def test_a_grant_look_up_failing_past_the_outage_budget_requeues_the_message(mon
         call_as_chrono(recorded, 7)
     assert raised.value.requeue is True
     assert RAN == []
+
+
+@app.task(name="tests.unit.failing", bind=True)
+def failing(self, n: int) -> int:
+    RAN.append(n)
+    raise ValueError(f"failing {n}")
+
+
+def test_a_deadlock_victim_end_of_a_failed_attempt_is_tried_again_and_the_tasks_error_kept(
+        monkeypatch):
+    """A failed attempt's end shares its job row with the beat's record of the dispatch; a
+    deadlock victim there is tried again, as a start or a finish is, rather than leaving the
+    run RUNNING for the reaper."""
+    monkeypatch.setattr(worker, "_starts", Coalescer(Failing(0, started)))
+    ends = Failing(failures=1, result=lambda item: Outcome("e-9", "FAILED", 1))
+    monkeypatch.setattr(worker, "end_attempt", lambda *a, **k: ends([None])[0])
+    with pytest.raises(ValueError, match="failing 9"):
+        call_as_chrono(failing, 9)
+    assert (RAN, ends.calls) == ([9], 2)
+
+
+def test_an_end_of_attempt_that_cannot_be_recorded_leaves_the_run_to_the_reaper(
+        monkeypatch, caplog):
+    monkeypatch.setattr(worker, "_starts", Coalescer(Failing(0, started)))
+    ends = Failing(failures=99, result=lambda item: None)
+    monkeypatch.setattr(worker, "end_attempt", lambda *a, **k: ends([None])[0])
+    with pytest.raises(ValueError, match="failing 10"):  # the task's own error, not the database's
+        call_as_chrono(failing, 10)
+    assert ends.calls == worker.RECORD_ATTEMPTS
+    assert any("could not record the failure of" in r.getMessage() for r in caplog.records)
