@@ -111,9 +111,10 @@ MAPPINGS: dict[str, Any] = {
 }
 
 
-class _BackingIndices(Protocol):
+class BackingIndices(Protocol):
     """What a retention policy needs to know of its data stream (:class:`AuditStream`, and
-    the execution logs' :class:`search.log_stream.LogStream`)."""
+    the execution logs' :class:`search.log_stream.LogStream`): what :func:`install_policy`
+    and :func:`search.stream_lifecycle.apply` read."""
 
     @property
     def name(self) -> str: ...
@@ -183,7 +184,7 @@ def ilm_policy(retention_days: int, *, path: Path = ILM_POLICY_FILE) -> dict[str
     return policy
 
 
-def ism_policy(stream: _BackingIndices, retention_days: int, *, path: Path = ISM_POLICY_FILE
+def ism_policy(stream: BackingIndices, retention_days: int, *, path: Path = ISM_POLICY_FILE
                ) -> dict[str, Any]:
     """The shipped ISM policy at ``path`` (the audit stream's unless told), deleting at
     ``retention_days`` after rollover and attaching itself to ``stream``'s backing indices."""
@@ -198,7 +199,7 @@ def ism_policy(stream: _BackingIndices, retention_days: int, *, path: Path = ISM
 
 def install_policy(
     client: SearchClient,
-    stream: _BackingIndices,
+    stream: BackingIndices,
     *,
     retention_days: int,
     ilm_file: Path,

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from search.client import Engine, SearchClient
 from search.errors import SearchError, SearchNotFound
-from search.index_template import ISM_PLUGIN, AuditStream
+from search.index_template import ISM_PLUGIN, AuditStream, BackingIndices
 from search.index_template import ISM_POLICY_FILE as AUDIT_ISM_POLICY_FILE
 from search.log_stream import ISM_POLICY_FILE as LOG_ISM_POLICY_FILE
 from search.log_stream import LogStream
@@ -154,17 +154,18 @@ def engine_lifecycle(client: SearchClient) -> str | None:
     return "ISM" if ISM_PLUGIN in client.plugin_names() else None
 
 
-def apply(client: SearchClient, stream: str, rules: Rules, *, at_ms: int,
+def apply(client: SearchClient, data_stream: BackingIndices, rules: Rules, *, at_ms: int,
           dry_run: bool = False) -> StreamOutcome:
-    """Apply ``rules`` to the data stream ``stream`` now (``at_ms``): its expired indices
-    deleted first, then its write index rolled over when due."""
+    """Apply ``rules`` to ``data_stream`` now (``at_ms``): its expired indices deleted first,
+    then its write index rolled over when due."""
+    stream = data_stream.name
     outcome = StreamOutcome(stream=stream, managed_by="chrono")
     try:
         names = client.data_stream_indices(stream)
     except SearchNotFound:
         outcome.managed_by = "absent"
         return outcome
-    known = client.backing_index_stats(f".ds-{stream}-*")
+    known = client.backing_index_stats(data_stream.backing_index_pattern)
     indices = [BackingIndex(name, *known[name]) for name in names if name in known]
     if len(indices) != len(names):
         # An index listed by the stream but not by its settings (deleted in between): the
@@ -193,26 +194,27 @@ def run(config: ChronoConfig, *, dry_run: bool = False, at_ms: int | None = None
     step for the search engine). An engine that cannot be reached fails its streams' outcomes,
     never the pass: PostgreSQL's retention does not wait on it."""
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
-    streams = [
-        (AuditStream.from_config(config).name,
+    streams: list[tuple[BackingIndices, Rules]] = [
+        (AuditStream.from_config(config),
          Rules.from_ism_policy(AUDIT_ISM_POLICY_FILE, config.audit_retention_days)),
-        (LogStream.from_config(config).name,
+        (LogStream.from_config(config),
          Rules.from_ism_policy(LOG_ISM_POLICY_FILE, config.execution_log_retention_days)),
     ]
     try:
         with SearchClient.from_config(config) as client:
             managed_by = engine_lifecycle(client)
             if managed_by is not None:
-                return [StreamOutcome(stream=name, managed_by=managed_by)
-                        for name, _ in streams]
+                return [StreamOutcome(stream=data_stream.name, managed_by=managed_by)
+                        for data_stream, _ in streams]
             outcomes = []
-            for name, rules in streams:
+            for data_stream, rules in streams:
                 try:
-                    outcomes.append(apply(client, name, rules, at_ms=at_ms, dry_run=dry_run))
+                    outcomes.append(
+                        apply(client, data_stream, rules, at_ms=at_ms, dry_run=dry_run))
                 except SearchError as exc:
-                    outcomes.append(StreamOutcome(stream=name, managed_by="chrono",
+                    outcomes.append(StreamOutcome(stream=data_stream.name, managed_by="chrono",
                                                   error=str(exc)))
             return outcomes
     except SearchError as exc:
-        return [StreamOutcome(stream=name, managed_by="chrono", error=str(exc))
-                for name, _ in streams]
+        return [StreamOutcome(stream=data_stream.name, managed_by="chrono", error=str(exc))
+                for data_stream, _ in streams]

@@ -54,14 +54,14 @@ def test_a_stream_rolls_over_daily_and_loses_only_its_indices_past_the_retention
     assert ISM_PLUGIN not in search_client.plugin_names()
     now = int(time.time() * 1000)
     # A write index younger than a day, or empty, is left alone.
-    assert stream_lifecycle.apply(search_client, stream.name, RULES, at_ms=now).lines(
+    assert stream_lifecycle.apply(search_client, stream, RULES, at_ms=now).lines(
         dry_run=False) == [f"data stream {stream.name}: nothing to roll over or delete"]
     first = search_client.data_stream_indices(stream.name)
     index_lines(search_client, stream, "day one")
-    assert stream_lifecycle.apply(search_client, stream.name, RULES,
+    assert stream_lifecycle.apply(search_client, stream, RULES,
                                   at_ms=now + DAY_MS - 60_000).rolled_over_to is None
 
-    rolled = stream_lifecycle.apply(search_client, stream.name, RULES, at_ms=now + DAY_MS)
+    rolled = stream_lifecycle.apply(search_client, stream, RULES, at_ms=now + DAY_MS)
     second = search_client.data_stream_indices(stream.name)
     assert rolled.rolled_over_to == second[-1] and second[:-1] == first and len(second) == 2
     assert rolled.deleted == []
@@ -69,10 +69,10 @@ def test_a_stream_rolls_over_daily_and_loses_only_its_indices_past_the_retention
 
     # The first index stopped being written when the second was made (about now): kept until
     # three days after that, then deleted; the write index and its lines stay.
-    kept = stream_lifecycle.apply(search_client, stream.name, RULES,
+    kept = stream_lifecycle.apply(search_client, stream, RULES,
                                   at_ms=now + 3 * DAY_MS - 60_000, dry_run=True)
     assert kept.deleted == [] and search_client.data_stream_indices(stream.name) == second
-    gone = stream_lifecycle.apply(search_client, stream.name, RULES, at_ms=now + 4 * DAY_MS)
+    gone = stream_lifecycle.apply(search_client, stream, RULES, at_ms=now + 4 * DAY_MS)
     assert gone.deleted == [first[0]]
     remaining = search_client.data_stream_indices(stream.name)
     # The second index, days old by that clock and holding a line, rolled over in turn; it was
@@ -85,7 +85,7 @@ def test_a_dry_run_says_what_it_would_do_and_changes_nothing(search_client, stre
     stream, _ = stream
     index_lines(search_client, stream, "a line")
     before = search_client.data_stream_indices(stream.name)
-    outcome = stream_lifecycle.apply(search_client, stream.name, RULES,
+    outcome = stream_lifecycle.apply(search_client, stream, RULES,
                                      at_ms=int(time.time() * 1000) + 2 * DAY_MS, dry_run=True)
     assert outcome.rolled_over_to and outcome.lines(dry_run=True) == [
         f"would roll data stream {stream.name} over to a new write index"]
