@@ -253,9 +253,15 @@ class Execution(models.Model):
             # partition key, finds its row in one entry of either index.
             models.Index(fields=["scheduled_for", "execution_id"],
                          name="execution_scheduled_for_idx"),
-            # Not db_index=True on the field: that adds a second, varchar_pattern_ops index
-            # for LIKE, which nothing runs.
-            models.Index(fields=["worker_id"], name="execution_worker_idx"),
+            # What a worker is running now (the dashboard's workers, a dead worker's
+            # executions): RUNNING rows only, so that an execution's other status changes
+            # write one index fewer (migration 0016). The API's ?worker= filter over a
+            # tenant's history reads the scheduled_for index, newest first, with the filter.
+            models.Index(
+                fields=["worker_id"],
+                name="execution_worker_running_idx",
+                condition=models.Q(status="RUNNING"),
+            ),
             models.Index(
                 fields=["lease_expires_at"],
                 name="execution_running_lease_idx",

@@ -1,12 +1,16 @@
-"""The migrations agree with the models, and tenancy's move from chronoadmin to chronocore
-changes the migration state only: the tables, their rows and their content types stay."""
+"""The migrations agree with the models; tenancy's move from chronoadmin to chronocore
+changes the migration state only (the tables, their rows and their content types stay); the
+executions' worker index is rebuilt partition by partition with the rows in place."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 # Before the move: tenancy in chronoadmin, jobs' and executions' foreign keys pointing there.
 BEFORE_THE_MOVE = [("chronocore", None)]
@@ -92,5 +96,58 @@ def test_an_upgrade_grants_each_tenant_the_tasks_of_its_live_jobs_and_nothing_mo
         assert set(state.get_model("chronocore", "TaskGrant").objects
                    .filter(tenant_id=tenant.pk)
                    .values_list("task_pattern", "queue_pattern")) == {("ops.*", "*")}
+    finally:
+        _migrate(leaves)
+
+
+def _worker_indexes() -> dict[str, tuple[str, bool]]:
+    """The worker indexes of chrono_execution and its partitions: name → (definition, valid)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(x.indexrelid), x.indisvalid FROM pg_index x "
+            "JOIN pg_class c ON c.oid = x.indexrelid WHERE c.relname LIKE %s",
+            ["%execution_worker%"])
+        return {name: (definition, valid) for name, definition, valid in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_index_keeps_running_rows_only_back_and_forth_with_rows_in_place(tenant):
+    """scheduler 0016: the index on worker_id over every execution becomes one over RUNNING
+    executions, built partition by partition; each partition's named after its parent index;
+    back to 0015 restores the full one; a day created afterwards gets the new one."""
+    from scheduler import api, partitions
+    from scheduler.models import Execution
+
+    job = api.schedule_once("tests.noop", tenant=tenant, delay=3600)
+    now = timezone.now()
+    for n, status in enumerate(["RUNNING", "SUCCEEDED", "FAILED"]):
+        Execution.objects.create(job=job, tenant=tenant, scheduled_for=now, status=status,
+                                 worker_id=f"w-{n}")
+    leaves = _leaf_nodes()
+    try:
+        _migrate([("scheduler", "0015_execution_partitioned_by_day")])
+        before = _worker_indexes()
+        assert before and all(valid and "WHERE" not in definition
+                              for definition, valid in before.values())
+        assert all(name.endswith("execution_worker_idx") for name in before)
+        _migrate(leaves)
+        after = _worker_indexes()
+        assert set(after) == {name.replace("execution_worker_idx", "execution_worker_running_idx")
+                              for name in before}
+        assert all(valid and definition.endswith("WHERE ((status)::text = 'RUNNING'::text)")
+                   for definition, valid in after.values())
+        today = partitions.partition_name(partitions.today_utc())
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f'SELECT worker_id FROM "{today}" WHERE status = %s', ["RUNNING"])
+            assert cursor.fetchall() == [("w-0",)]
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN SELECT count(*) FROM chrono_execution "
+                           "WHERE status = 'RUNNING' AND worker_id = 'w-0'")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert f"{today}_execution_worker_running_idx" in plan
+        later = partitions.today_utc() + timedelta(days=60)
+        partitions.create_day(later)
+        assert f"{partitions.partition_name(later)}_execution_worker_running_idx" in (
+            _worker_indexes())
     finally:
         _migrate(leaves)
