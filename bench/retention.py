@@ -98,17 +98,23 @@ def fill_day(day, rows: int, tenant_id: uuid.UUID) -> None:
 def fill(start: datetime, end: datetime, rows: int, tenant_id: uuid.UUID) -> None:
     """``rows`` SUCCEEDED executions spread evenly over ``[start, end)``, one random job id
     each, by one ``INSERT … SELECT generate_series`` (no round trip per row); the table
-    vacuumed and analysed after."""
+    vacuumed and analysed after. Each row holds what a finished execution holds: dispatched,
+    started and finished times, the worker that ran it (one of 16 names of a Celery worker's
+    length), its lease and exit code 0 (``logs_url`` stays empty, as the platform stores it: the
+    API derives it), so that the day's files are the size a day of real executions makes."""
     span_s = (end - start).total_seconds()
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
-            "scheduled_for, finished_at, status, error, logs_url, fencing_token) "
-            "SELECT gen_random_uuid(), gen_random_uuid(), %s, 1, "
-            "%s + ((n - 1) * %s / greatest(%s, 1)) * interval '1 second', "
-            "%s + ((n - 1) * %s / greatest(%s, 1)) * interval '1 second', "
-            "'SUCCEEDED', '', '', 1 FROM generate_series(1, %s) AS n",
-            [tenant_id, start, span_s, rows, start, span_s, rows, rows],
+            "scheduled_for, dispatched_at, started_at, finished_at, lease_expires_at, status, "
+            "worker_id, exit_code, error, logs_url, fencing_token) "
+            "SELECT id, gen_random_uuid(), %s, 1, t, t + interval '5 ms', t + interval '20 ms', "
+            "t + interval '120 ms', t + interval '30 s', 'SUCCEEDED', "
+            "'celery@chrono-worker-' || (n %% 16) || '.prod.internal', 0, '', '', 1 "
+            "FROM (SELECT n, gen_random_uuid() AS id, "
+            "%s + ((n - 1) * %s / greatest(%s, 1)) * interval '1 second' AS t "
+            "FROM generate_series(1, %s) AS n) AS r",
+            [tenant_id, start, span_s, rows, rows],
         )
         # Vacuumed too, as a platform's history has long been: otherwise the run measured next
         # pays for autovacuum's first pass and the first reads' hint-bit writes.
