@@ -11,6 +11,7 @@ at a time) runs a batch of one at once: no extra thread, no added wait.
 from __future__ import annotations
 
 import threading
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -19,14 +20,28 @@ R = TypeVar("R")
 
 
 class _Call(Generic[T, R]):
-    __slots__ = ("item", "done", "lead", "result", "error")
+    """One caller's item and outcome. ``_wake`` is a low-level lock taken at creation: the
+    caller blocks on it, and whoever finishes its batch or hands it the lead releases it, once.
+    (A ``threading.Event`` per call, a Condition and its locks in Python, cost 42-47 µs of
+    CPU a call among 64 threads; this lock 29-32 µs, of which 16-27 µs is any thread's wait
+    and wake: ``chrono bench coalescer``.)"""
+
+    __slots__ = ("item", "finished", "lead", "result", "error", "_wake")
 
     def __init__(self, item: T) -> None:
         self.item = item
-        self.done = threading.Event()
+        self.finished = False
         self.lead = False
         self.result: R | None = None
         self.error: BaseException | None = None
+        self._wake = _allocate_lock()
+        self._wake.acquire()
+
+    def wait(self) -> None:
+        self._wake.acquire()
+
+    def wake(self) -> None:
+        self._wake.release()
 
     def outcome(self) -> R:
         if self.error is not None:
@@ -54,25 +69,24 @@ class Coalescer(Generic[T, R]):
             leading = not self._busy
             self._busy = True
         if not leading:
-            call.done.wait()
+            call.wait()
             if not call.lead:
                 return call.outcome()
-            call.done.clear()
-        while not call.done.is_set():
+        while not call.finished:
             with self._lock:
                 batch = self._waiting[: self.max_batch]
                 del self._waiting[: self.max_batch]
-            self._run(batch)
+            self._run(batch, call)
         with self._lock:
             if self._waiting:
                 successor = self._waiting[0]
                 successor.lead = True
-                successor.done.set()
+                successor.wake()
             else:
                 self._busy = False
         return call.outcome()
 
-    def _run(self, batch: list[_Call[T, R]]) -> None:
+    def _run(self, batch: list[_Call[T, R]], leader: _Call[T, R]) -> None:
         try:
             results = self.run([c.item for c in batch])
             if len(results) != len(batch):
@@ -85,4 +99,6 @@ class Coalescer(Generic[T, R]):
                 c.result = result
         self.batches += 1
         for c in batch:
-            c.done.set()
+            c.finished = True
+            if c is not leader:  # the leader is running this: nothing to wake
+                c.wake()

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 BENCHMARKS = ("dispatch", "drain", "failover", "timers", "heartbeats", "recovery", "ingest",
               "indexer", "workflow", "dashboard", "burst", "schedule-many", "logs",
-              "peers", "retention")
+              "peers", "retention", "coalescer")
 
 
 class Command(BaseCommand):
