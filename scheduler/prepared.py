@@ -33,6 +33,7 @@ ever led a batch, each opened (a SCRAM exchange and a new backend) and prepared 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -66,6 +67,15 @@ MS_TIME = ("(timestamptz 'epoch' + ({0} / 1000) * interval '1 second' "
 def _element(value: object) -> str:
     if value is None:
         return "NULL"
+    # The types of most elements (ids, counts, times), written bare: nothing in them needs
+    # quoting or escaping (a uuid 1.07 -> 0.73 µs, an int 0.21 -> 0.12 µs, a datetime 1.33 ->
+    # 1.02 µs; bench/RESULTS.md, session 18). A uuid keeps its hyphens: the same literal may
+    # fill a text[] parameter.
+    kind = type(value)
+    if kind is uuid.UUID or kind is int:
+        return str(value)
+    if kind is datetime:
+        return value.isoformat()  # type: ignore[attr-defined]  # digits and -:.+T
     text = value.isoformat() if isinstance(value, datetime) else str(value)
     # Every element quoted: inside quotes only a backslash and a double quote are special.
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,5 +1,9 @@
 """The hot path's statements are prepared on the server, and only they are: those of a few rows
-(a batch of many is planned for its own arrays, never by a generic plan)."""
+(a batch of many is planned for its own arrays, never by a generic plan); and the array
+literals of their parameters come back from PostgreSQL as they went in."""
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
@@ -62,3 +66,16 @@ def test_a_statement_of_more_rows_than_the_bound_is_bound_on_the_server_but_not_
         statements = _server_statements(django_cursor)
     assert [s for s in statements if "batch_probe" in s] == [
         "SELECT count(*) AS batch_probe_small FROM unnest($1::int[])"]
+
+
+def test_every_kind_of_array_element_comes_back_from_postgresql_as_it_went_in():
+    ids = [uuid.uuid4(), None, uuid.UUID(int=0)]
+    counts = [0, None, -7, 2**40]
+    times = [datetime(2026, 3, 29, 1, 30, tzinfo=UTC), None,
+             datetime(2026, 10, 25, 1, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-5)))]
+    texts = ['say "hi"', None, "back\\slash", "NULL", "{,}", " spaced ", ""]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::uuid[], %s::bigint[], %s::timestamptz[], %s::text[]",
+                       [prepared.array(ids), prepared.array(counts), prepared.array(times),
+                        prepared.array(texts)])
+        assert cursor.fetchone() == (ids, counts, times, texts)
