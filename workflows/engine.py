@@ -530,12 +530,19 @@ class _End:
     attempt: int
 
 
-_PENDING_RUNS_SQL = (
-    "SELECT t.run_id FROM chrono_execution_end e JOIN chrono_workflow_task t "
-    "ON t.job_id = e.job_id WHERE e.watcher = %s ORDER BY e.id LIMIT %s"
+# The runs with the oldest waiting ends (among the first ``ends``), at most ``runs`` of them,
+# locked; those another listener holds are skipped (it applies their ends). The columns are
+# WorkflowRun's, in its field order (:func:`_runs_from_rows`).
+_RUN_COLUMNS = tuple(f.column for f in WorkflowRun._meta.concrete_fields)
+_LOCK_RUNS_WITH_ENDS_SQL = (
+    f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM chrono_workflow_run r "  # nosec B608 # the model's own column names
+    "WHERE r.run_id IN (SELECT t.run_id FROM chrono_execution_end e "
+    "JOIN chrono_workflow_task t ON t.job_id = e.job_id "
+    "WHERE e.watcher = %s ORDER BY e.id LIMIT %s) "
+    "ORDER BY r.run_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
-# The ends of the locked runs, taken (another listener's are skipped) and deleted at once:
-# they are applied in the same transaction, so a rollback puts them back.
+# The ends of the locked runs, taken and deleted at once: they are applied in the same
+# transaction, so a rollback puts them back.
 _TAKE_ENDS_SQL = """
 WITH taken AS (
   SELECT e.id FROM chrono_execution_end e JOIN chrono_workflow_task t ON t.job_id = e.job_id
@@ -552,26 +559,36 @@ RUNS_PER_TRANSACTION = 200
 
 
 def apply_pending_ends(limit: int = APPLY_BATCH) -> int:
-    """Apply the ends of step executions that wait; how many were applied. Runs another
-    listener holds are left to it (it applies their ends too)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_PENDING_RUNS_SQL, [WATCHER, limit])
-        run_ids = list(dict.fromkeys(row[0] for row in cursor.fetchall()))
-    return sum(_apply_ends_of(run_ids[i:i + RUNS_PER_TRANSACTION])
-               for i in range(0, len(run_ids), RUNS_PER_TRANSACTION))
+    """Apply the ends of step executions that wait, up to about ``limit``; how many were
+    applied. Runs another listener holds are left to it (it applies their ends too)."""
+    applied = 0
+    while True:
+        locked, ends = _apply_next_ends(limit)
+        applied += ends
+        if locked < RUNS_PER_TRANSACTION or applied >= limit:
+            return applied
 
 
-def _apply_ends_of(run_ids: list[uuid.UUID]) -> int:
+def _apply_next_ends(limit: int) -> tuple[int, int]:
+    """One transaction: lock up to :data:`RUNS_PER_TRANSACTION` runs among those of the
+    oldest ``limit`` waiting ends, apply their ends; (runs locked, ends applied).
+
+    Two prepared statements find, lock and take: no query of the ORM, whose compilation of
+    the lock (with its definition's join) cost as much as the round trip, and no look-up of
+    the waiting runs before the transaction. A step's end waits for this pass alone between
+    its worker's commit and its successor's job (``chrono bench workflow``'s ``engine``
+    stage)."""
     with transaction.atomic():
-        runs = {run.run_id: run for run in (
-            _runs_for_update(skip_locked=True).filter(run_id__in=run_ids).order_by("run_id"))}
-        if not runs:
-            return 0
         with prepared.cursor() as cursor:
+            cursor.execute(_LOCK_RUNS_WITH_ENDS_SQL, [WATCHER, limit, RUNS_PER_TRANSACTION],
+                           rows=1)
+            runs = {run.run_id: run for run in _runs_from_rows(cursor.fetchall())}
+            if not runs:
+                return 0, 0
             cursor.execute(_TAKE_ENDS_SQL, [array(runs), WATCHER], rows=len(runs))
             rows = sorted(cursor.fetchall())  # in the order they were written
         if not rows:
-            return 0
+            return len(runs), 0
         ends: dict[uuid.UUID, list[_End]] = {}
         for row in rows:
             ends.setdefault(row[1], []).append(
@@ -582,7 +599,45 @@ def _apply_ends_of(run_ids: list[uuid.UUID]) -> int:
                     _evaluate_ends(runs[run_id], run_ends, now))
                    for run_id, run_ends in ends.items()]
         _carry_out_many([change for change in changes if change[2]])
-    return len(rows)
+    return len(runs), len(rows)
+
+
+_RUN_FIELDS = WorkflowRun._meta.concrete_fields
+_RUN_ATTNAMES = [f.attname for f in _RUN_FIELDS]
+_RUN_DECODED = [i for i, f in enumerate(_RUN_FIELDS) if hasattr(f, "from_db_value")]
+
+
+def _runs_from_rows(rows: list[tuple]) -> list[WorkflowRun]:
+    """Runs built from raw rows of :data:`_RUN_COLUMNS`, their JSON decoded as the ORM
+    does, each with its definition version (without its spec) from :func:`_version_of`."""
+    runs = []
+    for row in rows:
+        values = list(row)
+        for i in _RUN_DECODED:
+            values[i] = _RUN_FIELDS[i].from_db_value(values[i], None, connection)
+        run = WorkflowRun.from_db(DEFAULT_DB_ALIAS, _RUN_ATTNAMES, values)
+        WorkflowRun.definition.field.set_cached_value(run, _version_of(run.definition_id))
+        runs.append(run)
+    return runs
+
+
+# Definition versions never change once written: the engine keeps those it met (without
+# their spec, which definition_of parses once).
+_versions: OrderedDict[uuid.UUID, WorkflowDefinitionVersion] = OrderedDict()
+
+
+def _version_of(definition_id: uuid.UUID) -> WorkflowDefinitionVersion:
+    with _definitions_lock:
+        version = _versions.get(definition_id)
+        if version is not None:
+            _versions.move_to_end(definition_id)
+            return version
+    version = WorkflowDefinitionVersion.objects.defer("spec").get(definition_id=definition_id)
+    with _definitions_lock:
+        _versions[definition_id] = version
+        while len(_versions) > DEFINITION_CACHE_SIZE:
+            _versions.popitem(last=False)
+    return version
 
 
 def _evaluate_ends(run: WorkflowRun, ends: list[_End], now: int) -> list[Evaluation]:
