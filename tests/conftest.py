@@ -15,11 +15,14 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.conf import settings
 
 from chronocore.config import DEFAULT_REDIS_URL, get_config, load_config
 from localservices.processes import ProcessGroup
@@ -36,10 +39,28 @@ os.environ["REDIS_URL"] = _test_redis_url()
 # installation's ($CHRONO_DATA_DIR/log-spool, which a demo's indexer on this machine ships).
 os.environ["CHRONO_EXECUTION_LOG_SPOOL_DIR"] = tempfile.mkdtemp(prefix="chrono-test-spool-")
 atexit.register(shutil.rmtree, os.environ["CHRONO_EXECUTION_LOG_SPOOL_DIR"], ignore_errors=True)
+# WhiteNoise serves STATIC_ROOT besides the apps' files (development settings collect nothing) and
+# warns "No directory at" each time a request handler is built while it does not exist: every
+# test client, and the schema fuzz's WSGI application while the tests are collected. It is made
+# here, before collection, as `chrono web` makes it before serving; until a test had started a
+# web process, every test client warned.
+Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 # Django's settings read the config before this module ran; what runs while tests are collected
 # (the schema fuzz fetches the schema, which the anonymous rate limit counts in Redis) must use
 # the tests' Redis database too, not the one of a demo on the same server.
 get_config.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _passwords_hashed_once():
+    """Django's default hasher hashing each password once per session, not once per user
+    created (``tests/password_hashing.py``): some 0.8 s per test that creates one."""
+    from django.test import override_settings
+
+    others = [h for h in settings.PASSWORD_HASHERS if not h.endswith(".PBKDF2PasswordHasher")]
+    with override_settings(PASSWORD_HASHERS=[
+            "tests.password_hashing.SessionSaltPBKDF2PasswordHasher", *others]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -203,8 +224,21 @@ def platform(transactional_db, redis_client, tmp_path):
         log_dir=tmp_path / "logs",
     )
     yield Platform(group, redis_client, queue)
+    _tell_all_to_stop(group)
     group.stop_all()
     _delete_queue(queue)
+
+
+def _tell_all_to_stop(group: ProcessGroup) -> None:
+    """SIGTERM (after SIGCONT) to every child at once, so that their shutdowns overlap: a
+    worker's warm shutdown takes 2-3 s, and ``stop_all`` waits for one child after the other
+    (it still does, and kills what outlives its timeout)."""
+    for child in group.children:
+        try:
+            child.signal_group(signal.SIGCONT)
+            child.signal(signal.SIGTERM)
+        except ProcessLookupError:  # it exited since it was last polled
+            pass
 
 
 def _delete_queue(queue: str) -> None:
