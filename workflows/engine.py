@@ -565,7 +565,9 @@ def apply_pending_ends(limit: int = APPLY_BATCH) -> int:
     while True:
         locked, ends = _apply_next_ends(limit)
         applied += ends
-        if locked < RUNS_PER_TRANSACTION or applied >= limit:
+        # Fewer runs than a transaction takes, or none of their ends left to take: nothing
+        # more waits that this listener may apply now.
+        if locked < RUNS_PER_TRANSACTION or not ends or applied >= limit:
             return applied
 
 
