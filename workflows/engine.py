@@ -63,7 +63,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -224,28 +224,41 @@ def check_steps_granted(tenant_id: uuid.UUID, definition: WorkflowDefinition) ->
         raise DefinitionError(problems)
 
 
-# Parsed definitions by version id (versions never change), the least recently used dropped
-# past DEFINITION_CACHE_SIZE. Keyed by id alone: a batch looks its runs' definitions up several
-# times, and their spec (a 10,000-item map list, say) is not even loaded on a hit (the engine's
-# queries defer it).
+class _RecentlyUsed:
+    """Values by key, the least recently used dropped past ``size``; shared by threads. A
+    value is loaded outside the lock (two threads may load the same one; either is kept):
+    only for what never changes once written, as definition versions."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, load: Callable[[], Any]) -> Any:
+        with self._lock:
+            value = self._values.get(key)
+            if value is not None:
+                self._values.move_to_end(key)
+                return value
+        value = load()
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
+
+
+# Parsed definitions by version id (versions never change). Keyed by id alone: a batch looks
+# its runs' definitions up several times, and their spec (a 10,000-item map list, say) is not
+# even loaded on a hit (the engine's queries defer it).
 DEFINITION_CACHE_SIZE = 512
-_definitions: OrderedDict[uuid.UUID, WorkflowDefinition] = OrderedDict()
-_definitions_lock = threading.Lock()
+_definitions = _RecentlyUsed(DEFINITION_CACHE_SIZE)
 
 
 def definition_of(version: WorkflowDefinitionVersion) -> WorkflowDefinition:
     """The parsed definition of a stored version (parsed once)."""
-    with _definitions_lock:
-        definition = _definitions.get(version.definition_id)
-        if definition is not None:
-            _definitions.move_to_end(version.definition_id)
-            return definition
-    definition = WorkflowDefinition.from_dict(version.spec)
-    with _definitions_lock:
-        _definitions[version.definition_id] = definition
-        while len(_definitions) > DEFINITION_CACHE_SIZE:
-            _definitions.popitem(last=False)
-    return definition
+    return _definitions.get(version.definition_id,
+                            lambda: WorkflowDefinition.from_dict(version.spec))
 
 
 # ------------------------------------------------------------------------------------- runs
@@ -533,7 +546,8 @@ class _End:
 # The runs with the oldest waiting ends (among the first ``ends``), at most ``runs`` of them,
 # locked; those another listener holds are skipped (it applies their ends). The columns are
 # WorkflowRun's, in its field order (:func:`_runs_from_rows`).
-_RUN_COLUMNS = tuple(f.column for f in WorkflowRun._meta.concrete_fields)
+_RUN_FIELDS = WorkflowRun._meta.concrete_fields
+_RUN_COLUMNS = tuple(f.column for f in _RUN_FIELDS)
 _LOCK_RUNS_WITH_ENDS_SQL = (
     f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM chrono_workflow_run r "  # nosec B608 # the model's own column names
     "WHERE r.run_id IN (SELECT t.run_id FROM chrono_execution_end e "
@@ -604,7 +618,6 @@ def _apply_next_ends(limit: int) -> tuple[int, int]:
     return len(runs), len(rows)
 
 
-_RUN_FIELDS = WorkflowRun._meta.concrete_fields
 _RUN_ATTNAMES = [f.attname for f in _RUN_FIELDS]
 _RUN_DECODED = [i for i, f in enumerate(_RUN_FIELDS) if hasattr(f, "from_db_value")]
 
@@ -623,23 +636,13 @@ def _runs_from_rows(rows: list[tuple]) -> list[WorkflowRun]:
     return runs
 
 
-# Definition versions never change once written: the engine keeps those it met (without
-# their spec, which definition_of parses once).
-_versions: OrderedDict[uuid.UUID, WorkflowDefinitionVersion] = OrderedDict()
+# The definition versions the engine met, without their spec (definition_of parses it once).
+_versions = _RecentlyUsed(DEFINITION_CACHE_SIZE)
 
 
 def _version_of(definition_id: uuid.UUID) -> WorkflowDefinitionVersion:
-    with _definitions_lock:
-        version = _versions.get(definition_id)
-        if version is not None:
-            _versions.move_to_end(definition_id)
-            return version
-    version = WorkflowDefinitionVersion.objects.defer("spec").get(definition_id=definition_id)
-    with _definitions_lock:
-        _versions[definition_id] = version
-        while len(_versions) > DEFINITION_CACHE_SIZE:
-            _versions.popitem(last=False)
-    return version
+    return _versions.get(definition_id, lambda: WorkflowDefinitionVersion.objects
+                         .defer("spec").get(definition_id=definition_id))
 
 
 def _evaluate_ends(run: WorkflowRun, ends: list[_End], now: int) -> list[Evaluation]:
