@@ -50,6 +50,7 @@ from chronocore.redis_client import redis_client
 from localservices.processes import ChronoProcess, wait_until
 from scheduler import api, job_writer, specs
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.models import FINISHED_EXECUTION_STATUSES, ExecutionStatus
 
 SYSTEMS = ("beat", "django-celery-beat", "redbeat", "celery-eta", "chrono", "chrono-worker")
 CRON_SYSTEMS = ("beat", "django-celery-beat", "redbeat", "chrono", "chrono-worker")
@@ -294,7 +295,12 @@ def _chrono_one_time(platform: BenchPlatform, task_name: str, jobs: int) -> int:
 
 
 def _execution_starts(platform: BenchPlatform) -> Callable[[], int]:
-    return lambda: platform.executions.filter(started_at__isnull=False).count()
+    # Read from the tenant's status index (running or ended: the no-op jobs here all succeed),
+    # not ``started_at IS NOT NULL``, which read every row of the tenant's 20,000 executions
+    # twice a second while Chrono's worker ran: PostgreSQL's CPU taken from the system measured.
+    started = platform.executions.filter(
+        status__in=(ExecutionStatus.RUNNING, *FINISHED_EXECUTION_STATUSES))
+    return started.count
 
 
 def _execution_start_list(platform: BenchPlatform) -> list[Start]:
