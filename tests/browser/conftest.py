@@ -69,7 +69,8 @@ def web(platform):
 
 def start_web(platform, **env: object) -> str:
     """Start a ``chrono web`` process of ``platform`` (``env``: config fields of its own, as
-    ``undelivered_flag_after_ms=1000``); its origin once it answers."""
+    ``undelivered_flag_after_ms=1000``); its origin once it answers (inside
+    ``platform.together()``, once the block has ended)."""
     port = _free_port()
     extra = {f"CHRONO_{k.upper()}": str(v) for k, v in env.items()}
     process = platform.group.start("web", ["web", f"127.0.0.1:{port}", "--workers", "1"],
@@ -82,7 +83,7 @@ def start_web(platform, **env: object) -> str:
                 return True
         except OSError as error:
             return getattr(error, "code", None) == 503
-    process.wait_until(answering, timeout_s=60, what="answering HTTP")
+    platform.ready_when(process, answering, timeout_s=60, what="answering HTTP")
     return origin
 
 

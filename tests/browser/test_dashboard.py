@@ -38,10 +38,11 @@ def test_the_admin_is_styled(platform, web, operator, browser):
 
 def test_the_dashboard_counts_and_charts_move_while_jobs_run_without_a_reload(
         platform, web, operator, browser, tenant):
-    platform.start_beat()
-    platform.start_worker(pool="threads", concurrency=8)
-    # The all-tenants view is served from the reaper's snapshot, as in production.
-    platform.start_reaper(dashboard_snapshot_interval_ms=1_000)
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(pool="threads", concurrency=8)
+        # The all-tenants view is served from the reaper's snapshot, as in production.
+        platform.start_reaper(dashboard_snapshot_interval_ms=1_000)
     log_in(browser, web)
     browser.get(f"{web}/admin/dashboard/")
     wait = WebDriverWait(browser, 60, poll_frequency=0.5)

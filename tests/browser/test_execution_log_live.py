@@ -27,10 +27,11 @@ def _log_text(driver) -> str:
 
 def test_a_line_logged_after_the_page_loaded_appears_without_a_reload(
         audit_stream, search_client, platform, web, operator, browser, tenant):
-    platform.start_beat()
-    platform.group.start("indexer", ["indexer"], env={
-        "CHRONO_LOG_SHIPPER_POLL_INTERVAL_MS": "50", "CHRONO_INDEXER_IN_DOUBT_GRACE_MS": "200"})
-    platform.start_worker(pool="threads", concurrency=2, execution_log_flush_interval_ms=200)
+    with platform.together():
+        platform.start_beat()
+        platform.group.start("indexer", ["indexer"], env={
+            "CHRONO_LOG_SHIPPER_POLL_INTERVAL_MS": "50", "CHRONO_INDEXER_IN_DOUBT_GRACE_MS": "200"})
+        platform.start_worker(pool="threads", concurrency=2, execution_log_flush_interval_ms=200)
     gate = f"e2e:gate:{uuid.uuid4().hex}"
     job = api.schedule_once("e2e.log_until_released", tenant=tenant, delay=0.3,
                             queue=platform.queue, kwargs={"gate": gate})

@@ -42,9 +42,10 @@ def unconsumed_queue(services_up):
 
 def test_the_dashboard_shows_each_queues_depth_consumers_and_waiting_work(
         platform, operator, browser, tenant, unconsumed_queue):
-    platform.start_beat()
-    platform.start_worker(pool="threads", concurrency=4)
-    web = start_web(platform, undelivered_flag_after_ms=1_000)
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(pool="threads", concurrency=4)
+        web = start_web(platform, undelivered_flag_after_ms=1_000)
     for _ in range(3):
         api.schedule_once("e2e.record_run", tenant=tenant, queue=unconsumed_queue, delay=0)
     log_in(browser, web)
@@ -66,8 +67,9 @@ def test_the_dashboard_shows_each_queues_depth_consumers_and_waiting_work(
 
 def test_a_definitions_grid_shows_its_runs_steps_by_state_and_links_to_each_run(
         platform, web, operator, browser, tenant):
-    platform.start_beat()
-    platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",))
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",))
     version = engine.define(tenant, {"name": "nightly", "steps": [
         {"key": "extract", "task": "wf.sleep",
          "kwargs": {"label": "extract", "seconds": {"$ref": "input.seconds"}}},

@@ -23,8 +23,9 @@ def _statuses(driver) -> dict[str, str]:
 
 def test_a_run_graph_shows_each_step_and_follows_the_run_live(platform, web, operator, browser,
                                                                 tenant):
-    platform.start_beat()
-    platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",))
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",))
     engine.define(tenant, {"name": "nightly", "steps": [
         {"key": "extract", "task": "wf.sleep", "kwargs": {"label": "extract", "seconds": 3}},
         {"key": "transform", "task": "wf.echo", "parents": ["extract"],

@@ -24,8 +24,9 @@ REPLICAS = ("beat-a", "beat-b", "beat-c")
 
 
 def start_three(platform):
-    beats = {replica: platform.start_beat(replica, **FAST_FAILOVER) for replica in REPLICAS}
-    platform.start_worker(concurrency=2)
+    with platform.together():
+        beats = {replica: platform.start_beat(replica, **FAST_FAILOVER) for replica in REPLICAS}
+        platform.start_worker(concurrency=2)
     # Let ownership settle: each replica releases what the map gives the others.
     assert wait_for(lambda: all(platform.owned(r) > 0 for r in REPLICAS), timeout_s=20)
     return beats
@@ -167,8 +168,9 @@ def test_jobs_committed_whose_timers_never_reached_redis_fire_seconds_late_not_m
     writing a workflow's next step) leaves a pending row with no timer and no announcement:
     the beat's overdue sweep finds it a few seconds past its time, long before the round robin
     of 256 shards (two seconds each) would, and each job still runs exactly once."""
-    beat = platform.start_beat("beat-a", **FAST_FAILOVER)
-    platform.start_worker(concurrency=2)
+    with platform.together():
+        beat = platform.start_beat("beat-a", **FAST_FAILOVER)
+        platform.start_worker(concurrency=2)
     assert wait_for(lambda: platform.owned("beat-a") > 0, timeout_s=20)
     time.sleep(4)  # past the reconciler's pass over the shards it has just gained
     jobs = api.schedule_once_many("e2e.record_run", tenant=tenant, queue=platform.queue,

@@ -50,7 +50,8 @@ def settled(platform, names=REPLICAS) -> bool:
 
 
 def start_replicas(platform, names=REPLICAS):
-    beats = {name: platform.start_beat(name) for name in names}
+    with platform.together():
+        beats = {name: platform.start_beat(name) for name in names}
     assert wait_for(lambda: settled(platform, names), timeout_s=30), \
         "\n".join(f"{n}:\n{b.log_tail(8)}" for n, b in beats.items())
     return beats

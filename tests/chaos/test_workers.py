@@ -31,9 +31,11 @@ def pool_children(pid: int) -> list[int]:
 
 
 def start(platform, workers=("worker-a", "worker-b")):
-    platform.start_beat()
-    procs = {name: platform.start_worker(name, concurrency=1, **FAST_LEASES) for name in workers}
-    platform.start_reaper(**FAST_LEASES)
+    with platform.together():
+        platform.start_beat()
+        procs = {name: platform.start_worker(name, concurrency=1, **FAST_LEASES)
+                 for name in workers}
+        platform.start_reaper(**FAST_LEASES)
     return procs
 
 

@@ -41,9 +41,10 @@ def _finished(run) -> WorkflowRun:
 
 def test_a_worker_killed_mid_step_the_step_runs_again_and_the_run_succeeds(platform, tenant):
     platform.redis.delete(STEP_LOG_KEY)
-    platform.start_beat(**FAST)
-    platform.start_reaper(**FAST)
-    victim = platform.start_worker("victim", concurrency=1, include=INCLUDE, **FAST)
+    with platform.together():
+        platform.start_beat(**FAST)
+        platform.start_reaper(**FAST)
+        victim = platform.start_worker("victim", concurrency=1, include=INCLUDE, **FAST)
     engine.define(tenant, {"name": "survivor", "steps": [
         {"key": "long", "task": "wf.sleep", "kwargs": {"label": "long", "seconds": 4},
          "retry": {"max_attempts": 2, "initial_delay_ms": 100}},
@@ -66,13 +67,14 @@ def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step
     milliseconds): a step whose worker died under it is retried, and only such a step may
     complete twice; every other step completes once, and no step's job fires twice."""
     platform.redis.delete(STEP_LOG_KEY, COMPLETED_KEY)
-    processes = {
-        "beat": platform.start_beat("beat-1", **FAST),
-        "reaper": platform.start_reaper(**FAST),
-        "worker": platform.start_worker("w-0", concurrency=2, include=INCLUDE, **FAST),
-        "indexer": platform.group.start("indexer", ["indexer"]),
-        "web": platform.group.start("web", ["web", "127.0.0.1:0", "--workers", "1"]),
-    }
+    with platform.together():
+        processes = {
+            "beat": platform.start_beat("beat-1", **FAST),
+            "reaper": platform.start_reaper(**FAST),
+            "worker": platform.start_worker("w-0", concurrency=2, include=INCLUDE, **FAST),
+            "indexer": platform.group.start("indexer", ["indexer"]),
+            "web": platform.group.start("web", ["web", "127.0.0.1:0", "--workers", "1"]),
+        }
     keys = [f"s{i}" for i in range(8)]
     engine.define(tenant, {"name": "chain", "steps": [
         {"key": key, "task": "wf.work", "kwargs": {"label": key, "seconds": 0.5},

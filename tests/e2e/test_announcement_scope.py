@@ -96,9 +96,10 @@ def _running(job) -> object:
 
 def test_a_cancel_announced_by_another_deployment_stops_nothing_here(deployment_a, tenant):
     platform = deployment_a
-    platform.start_beat()
-    # Lease renewals every 40 s: within this test only the announcement can stop a run.
-    platform.start_worker(concurrency=2, execution_lease_ttl_ms=120_000)
+    with platform.together():
+        platform.start_beat()
+        # Lease renewals every 40 s: within this test only the announcement can stop a run.
+        platform.start_worker(concurrency=2, execution_lease_ttl_ms=120_000)
     keep = api.schedule_once("e2e.sleep", tenant=tenant, kwargs={"seconds": 4}, delay=0.2,
                              queue=platform.queue)
     stop = api.schedule_once("e2e.sleep", tenant=tenant, kwargs={"seconds": 30}, delay=0.2,

@@ -18,8 +18,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_real_beat_skips_the_excluded_days_occurrences_and_records_them(platform, tenant):
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
     today = datetime.now(UTC).date()
     # Yesterday to tomorrow in UTC: no midnight during the test leaves the range.
     Calendar.objects.create(tenant=tenant, name="these-days", ranges=[

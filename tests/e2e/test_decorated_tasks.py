@@ -29,8 +29,9 @@ def succeeded(job_id):
 def test_decorated_tasks_scheduled_with_schedule_run_on_chronos_worker_and_are_recorded(
     platform, tenant
 ):
-    platform.start_beat()
-    platform.start_worker(include=("examples.billing.tasks",))
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(include=("examples.billing.tasks",))
 
     # A @shared_task and an @app.task of the billing app's own Celery app.
     reminder_job = send_invoice_reminder.schedule(42, delay=0.5, tenant="acme",
@@ -49,9 +50,10 @@ def test_decorated_tasks_scheduled_with_schedule_run_on_chronos_worker_and_are_r
 
 
 def test_the_apps_own_celery_worker_runs_and_records_a_decorated_task(platform, tenant, tmp_path):
-    platform.start_beat()
     hostname = f"billing-own@{platform.queue}"
-    own_worker = _start_celery_worker(platform, hostname, tmp_path / "billing-worker.log")
+    with platform.together():
+        platform.start_beat()
+        own_worker = _start_celery_worker(platform, hostname, tmp_path / "billing-worker.log")
     own_worker.wait_until(lambda: Worker.objects.filter(worker_id=hostname).exists(),
                           timeout_s=60, what="its first heartbeat")
 

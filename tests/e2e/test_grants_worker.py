@@ -29,8 +29,9 @@ def test_a_worker_refuses_a_message_whose_grant_was_removed_before_it_fired(
 ):
     grants.grant(tenant, "e2e.*", platform.queue)
     grants.grant(other_tenant, "e2e.*", platform.queue)
-    platform.start_beat()
-    worker = platform.start_worker(name="guard")
+    with platform.together():
+        platform.start_beat()
+        worker = platform.start_worker(name="guard")
     # The worker read the grants when it started and renews them every half TTL (5 s): a
     # revocation reaches it within the TTL, so the jobs fire past it.
     fire_in = timedelta(milliseconds=get_config().grant_cache_ttl_ms + 1_500)

@@ -111,9 +111,10 @@ def test_killed_mid_batch_and_restarted_after_a_rollover_it_leaves_one_document_
 def test_a_job_run_by_real_processes_reaches_the_audit_log_step_by_step(
     platform, tenant, audit_stream, search_client
 ):
-    platform.start_beat()
-    worker = platform.start_worker()
-    platform.group.start("indexer", ["indexer"], env={"CHRONO_INDEXER_POLL_INTERVAL_MS": "50"})
+    with platform.together():
+        platform.start_beat()
+        worker = platform.start_worker()
+        platform.group.start("indexer", ["indexer"], env={"CHRONO_INDEXER_POLL_INTERVAL_MS": "50"})
     job = api.schedule_once("e2e.record_run", tenant=tenant, delay=0.5, queue=platform.queue,
                             by="user:e2e")
 

@@ -32,11 +32,12 @@ def answering(port: int) -> bool:
 def test_a_queue_without_consumers_is_flagged_in_time_and_runs_once_a_worker_consumes(
     platform, tenant
 ):
-    platform.start_beat()
     reaper_port = free_port()
-    platform.start_reaper(undelivered_flag_after_ms=FLAG_AFTER_MS,
-                          undelivered_check_interval_ms=200, reaper_interval_ms=200,
-                          metrics_port=reaper_port)
+    with platform.together():
+        platform.start_beat()
+        platform.start_reaper(undelivered_flag_after_ms=FLAG_AFTER_MS,
+                              undelivered_check_interval_ms=200, reaper_interval_ms=200,
+                              metrics_port=reaper_port)
     job = api.schedule_once("e2e.record_run", tenant=tenant, queue=platform.queue,
                             delay=timedelta(milliseconds=200))
     executions = Execution.objects.filter(job_id=job.job_id)
@@ -71,8 +72,9 @@ def test_the_webs_metrics_and_the_beat_and_worker_probes_move_while_jobs_run(
     platform, tenant
 ):
     beat_port, worker_port = free_port(), free_port()
-    platform.start_beat(metrics_port=beat_port)
-    platform.start_worker(metrics_port=worker_port)  # prefork: the runs are in its children
+    with platform.together():
+        platform.start_beat(metrics_port=beat_port)
+        platform.start_worker(metrics_port=worker_port)  # prefork: the runs are in its children
     before = Client().get("/metrics").content.decode()
     assert value(before, "chrono_executions_recent", status="SUCCEEDED") is None
     assert value(before, "chrono_beat_shards_owned", replica="beat-1") == 256

@@ -24,8 +24,9 @@ RUN_S = 2.5
 
 
 def run_cron(platform, tenant, overlap: OverlapPolicy, seconds: float = 7.0):
-    platform.start_beat()
-    platform.start_worker(concurrency=2, execution_lease_ttl_ms=10_000)
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(concurrency=2, execution_lease_ttl_ms=10_000)
     job = api.schedule_cron("e2e.sleep", tenant=tenant, cron="* * * * * *",
                             kwargs={"seconds": RUN_S}, overlap=overlap, queue=platform.queue)
     time.sleep(seconds)

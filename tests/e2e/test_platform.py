@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 @pytest.mark.parametrize("pool, concurrency", [("prefork", 2), ("threads", 16)])
 def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
         platform, tenant, pool, concurrency):
-    platform.start_beat()
-    platform.start_worker(concurrency=concurrency, pool=pool)
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(concurrency=concurrency, pool=pool)
     start = now_ms() + 1_000
     fire_times = [ms_to_datetime(start + i * 3) for i in range(1_000)]  # 1,000 over 3 s
     jobs = api.schedule_once_many("e2e.record_run", tenant=tenant, fire_times=fire_times,
@@ -54,8 +55,9 @@ def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
 
 
 def test_cron_job_fires_on_consecutive_occurrences(platform, tenant):
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
     job = api.schedule_cron("e2e.record_run", tenant=tenant, cron="* * * * * *",  # every second
                             queue=platform.queue)
     first_ms = datetime_to_ms(job.next_run_at)
@@ -86,8 +88,9 @@ def test_cron_job_fires_on_consecutive_occurrences(platform, tenant):
 
 def test_job_due_in_50_ms_fires_without_waiting_for_the_next_scan(platform, tenant):
     # Scans every 20 s: only the announcement can bring this timer to the beat in time.
-    platform.start_beat(lookahead_ms=30_000, scan_interval_ms=20_000, ack_deadline_ms=60_000)
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat(lookahead_ms=30_000, scan_interval_ms=20_000, ack_deadline_ms=60_000)
+        platform.start_worker()
     time.sleep(1.0)  # the beat's first scan is behind it
     job = api.schedule_once("e2e.record_run", tenant=tenant, delay=0.05, queue=platform.queue)
 
@@ -98,8 +101,9 @@ def test_job_due_in_50_ms_fires_without_waiting_for_the_next_scan(platform, tena
 
 
 def test_cancelled_job_never_runs(platform, tenant):
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
     keep = api.schedule_once("e2e.record_run", tenant=tenant, delay=1.5, queue=platform.queue)
     drop = api.schedule_once("e2e.record_run", tenant=tenant, delay=1.5, queue=platform.queue)
     assert api.cancel(drop.job_id, tenant=tenant, by="test") is True

@@ -34,8 +34,9 @@ def test_an_expired_day_is_dropped_while_jobs_keep_running(platform, tenant):
     Execution.objects.bulk_create(
         Execution(execution_id=uuid.uuid4(), job=job, tenant=tenant, status="SUCCEEDED",
                   scheduled_for=old_start + timedelta(minutes=n)) for n in range(200))
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
 
     def succeeded_today() -> int:
         return job.executions.filter(status="SUCCEEDED", scheduled_for__gte=today_start).count()

@@ -15,8 +15,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_attempt_waiting_in_the_timer_store_is_published_by_the_beat(platform, tenant):
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
     job = api.schedule_once("e2e.record_run", tenant=tenant, delay=0.2, queue=platform.queue)
     assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(), timeout_s=20)
     execution = job.executions.get()

@@ -33,8 +33,9 @@ def _runs(platform, execution: Execution) -> int:
 
 
 def test_retrying_a_failed_execution_runs_it_again_as_its_next_attempt(platform, tenant):
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
     execution = _failed_execution(platform, tenant)
     assert _runs(platform, execution) == 1
 
@@ -62,8 +63,9 @@ def test_an_execution_that_has_not_ended_badly_is_not_retried(platform, tenant):
 
 def test_the_admin_button_and_the_rest_endpoint_retry_and_refuse_what_has_not_failed(
         platform, tenant, other_tenant):
-    platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker()
     execution = _failed_execution(platform, tenant)
     staff = Client()
     staff.force_login(User.objects.create_superuser("ops", password="x"))

@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_cron_edit_and_a_pause_take_effect_on_the_next_occurrence(platform, tenant):
-    beat = platform.start_beat()
-    platform.start_worker()
+    with platform.together():
+        beat = platform.start_beat()
+        platform.start_worker()
     job = api.schedule_cron("e2e.record_run", tenant=tenant, cron="* * * * * *",
                             queue=platform.queue)
     assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").count() >= 2, timeout_s=20)

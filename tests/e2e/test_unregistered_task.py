@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_unregistered_task_ends_failed_naming_the_task_and_the_worker(platform, tenant):
-    platform.start_beat()
-    worker = platform.start_worker(name="knows-little")
+    with platform.together():
+        platform.start_beat()
+        worker = platform.start_worker(name="knows-little")
     job = api.schedule_once("no.such.task", tenant=tenant, queue=platform.queue,
                             delay=timedelta(milliseconds=200))
 

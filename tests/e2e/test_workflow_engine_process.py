@@ -17,9 +17,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 def test_ends_wait_for_a_listener_and_an_engine_process_applies_them(platform, tenant):
     platform.redis.delete(STEP_LOG_KEY)
-    platform.start_beat()
-    platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",),
-                          workflow_engine_in_worker="false")
+    with platform.together():
+        platform.start_beat()
+        platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",),
+                              workflow_engine_in_worker="false")
     engine.define(tenant, {"name": "two-steps", "steps": [
         {"key": "first", "task": "wf.echo", "kwargs": {"label": "first"}},
         {"key": "second", "task": "wf.echo", "parents": ["first"],
