@@ -154,7 +154,7 @@ def _chrono_drain(platform: BenchPlatform, args: argparse.Namespace) -> dict[str
     # Progress is read from the tenant's status index alone: the plain worker's executions
     # stay DISPATCHED (it records nothing), so the tenant's finished ones are Chrono's. A count
     # joined to the jobs, five times a second, cost PostgreSQL 30 ms a poll: a sixth of a core
-    # taken from the drain it measured (the plain worker's progress is read from files).
+    # the plain worker's side (its progress read from files) did not pay.
     finished = platform.executions.filter(status__in=FINISHED_EXECUTION_STATUSES)
     before = cpu_by_role()
     worker = platform.start_worker(args.concurrency, args.pool)
