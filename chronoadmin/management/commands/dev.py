@@ -11,6 +11,8 @@ from django.core.management.base import BaseCommand
 from localservices.processes import REPO_ROOT, ProcessFailed, ProcessGroup
 
 WEB_ADDR = "127.0.0.1:8000"
+# The worker's hostname starts so (Celery expands %h to the machine's name).
+DEV_WORKER_PREFIX = "dev-worker@"
 
 
 def start_platform(stdout, *, web_addr: str = WEB_ADDR) -> ProcessGroup:
@@ -18,7 +20,7 @@ def start_platform(stdout, *, web_addr: str = WEB_ADDR) -> ProcessGroup:
     each has started."""
     group = ProcessGroup(env={}, log_dir=REPO_ROOT / ".chrono" / "logs")
     group.start("beat", ["beat", "--replica-id", "dev-beat"])
-    group.start("worker", ["worker", "--concurrency", "2", "--hostname", "dev-worker@%h"])
+    group.start("worker", ["worker", "--concurrency", "2", "--hostname", f"{DEV_WORKER_PREFIX}%h"])
     group.start("reaper", ["reaper"])
     group.start("indexer", ["indexer"])
     group.start("web", ["web", web_addr])
