@@ -50,8 +50,10 @@ def settled(platform, names=REPLICAS) -> bool:
 
 
 def start_replicas(platform, names=REPLICAS):
-    with platform.together():
-        beats = {name: platform.start_beat(name) for name in names}
+    # One after another, not inside platform.together(): with the three joining at once the
+    # rolling restart below missed its bound in 2 of 3 suite runs (1.65 and 2.5 s late) on
+    # 2026-12-06, and passed alone; until that is understood, they join as they always did.
+    beats = {name: platform.start_beat(name) for name in names}
     assert wait_for(lambda: settled(platform, names), timeout_s=30), \
         "\n".join(f"{n}:\n{b.log_tail(8)}" for n, b in beats.items())
     return beats
