@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -20,6 +19,7 @@ from chronocore import grants
 # get_config() here: a command is the process edge (the demo's queue).
 from chronocore.config import get_config
 from chronocore.models import Tenant
+from localservices.processes import wait_until
 from reaper.models import Worker
 from scheduler import api
 from scheduler.models import Execution
@@ -136,13 +136,9 @@ class Command(BaseCommand):
 def _worker_ready_since(moment, *, timeout_s: float = WORKER_READY_TIMEOUT_S) -> bool:
     """Whether the demo's worker sent a heartbeat at or after ``moment`` within ``timeout_s``:
     its first comes once its consumer runs (``scheduler.heartbeats``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if Worker.objects.filter(worker_id__startswith=DEV_WORKER_PREFIX,
-                                 last_heartbeat_at__gte=moment).exists():
-            return True
-        time.sleep(0.2)
-    return False
+    beats = Worker.objects.filter(worker_id__startswith=DEV_WORKER_PREFIX,
+                                  last_heartbeat_at__gte=moment)
+    return wait_until(beats.exists, timeout_s=timeout_s, interval_s=0.2)
 
 
 def _what_happened(execution: Execution) -> str:
