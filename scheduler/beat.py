@@ -423,7 +423,7 @@ class Beat:
         limit = self.config.claim_batch_size
         while shards:
             with self.counters.timed("claim"):
-                claimed, fenced = self.store.claim_due(
+                claimed, fenced, unreachable = self.store.claim_due(
                     self.ownership.claimable,
                     shards,
                     now_ms=now,
@@ -449,6 +449,12 @@ class Beat:
             for timer in claimed:
                 per_shard[timer.shard] += 1
             shards = [s for s, n in per_shard.items() if n >= limit]
+            if unreachable:
+                # A Redis Cluster node down: what the other nodes' shards claimed went out
+                # above; these shards, and the rest of a burst, are claimed on the next
+                # iteration, after the outage's back-off (run).
+                self._pending_shards.update(unreachable, shards)
+                raise next(iter(unreachable.values()))
 
     def _hand_back(self, timers: Sequence[ClaimedTimer]) -> None:
         """Put claimed timers that PostgreSQL could not be reached to prepare back in their

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 
@@ -39,6 +40,10 @@ from scheduler.sharding import shard_for, shard_tag
 
 LUA_DIR = Path(__file__).with_name("lua")
 
+# A shard's node down or not serving it (a Redis Cluster's node killed, the cluster refusing
+# commands until a replica is promoted): that shard's claim fails, the others' stand.
+UNSERVED = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterDownError)
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimedTimer:
@@ -48,6 +53,17 @@ class ClaimedTimer:
     fire_at_ms: int
     shard: int
     redelivered: bool
+
+
+class Claim(NamedTuple):
+    """What one :meth:`TimerStore.claim_due` call claimed; the shards whose lease turned out lost
+    (nothing was claimed from those); and the error of each shard whose node could not be
+    reached. Only a Redis Cluster has the last: a dead node's shards fail, the other nodes'
+    claims stand and go out (a single server down fails the whole call)."""
+
+    timers: list[ClaimedTimer]
+    fenced: list[int]
+    unreachable: dict[int, Exception]
 
 
 @cache
@@ -159,9 +175,8 @@ class TimerStore:
         ack_deadline_ms: int,
         limit: int,
         reclaim_before_ms: dict[int, int] | None = None,
-    ) -> tuple[list[ClaimedTimer], list[int]]:
-        """Claim the due timers of ``shards`` in one round trip. Returns the claimed timers and
-        the shards whose lease turned out lost (nothing was claimed from those).
+    ) -> Claim:
+        """Claim the due timers of ``shards`` in one round trip (a :class:`Claim`).
 
         A claimed timer is claimed again once its ack deadline passed, or, in a shard of
         ``reclaim_before_ms``, once its deadline is before that shard's time there: a replica
@@ -180,10 +195,12 @@ class TimerStore:
             )
         claimed: list[ClaimedTimer] = []
         fenced: list[int] = []
+        unreachable: dict[int, Exception] = {}
         for shard, reply in zip(shards, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(reply, redis.ResponseError):
-                if "FENCED" not in str(reply):
-                    raise reply
+            if isinstance(reply, UNSERVED):
+                unreachable[shard] = reply
+                continue
+            if _fenced(reply):
                 fenced.append(shard)
                 continue
             for i in range(0, len(reply), 3):
@@ -195,7 +212,7 @@ class TimerStore:
                         redelivered=bool(int(reply[i + 2])),
                     )
                 )
-        return claimed, fenced
+        return Claim(claimed, fenced, unreachable)
 
     def ack(
         self,
@@ -220,9 +237,7 @@ class TimerStore:
             self._ack(keys=shard_keys(shard), args=[leases[shard], *by_shard[shard]], client=pipe)
         fenced = []
         for shard, reply in zip(shards, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(reply, redis.ResponseError):
-                if "FENCED" not in str(reply):
-                    raise reply
+            if _fenced(reply):
                 fenced.append(shard)
         return fenced
 
@@ -234,6 +249,18 @@ class TimerStore:
             pipe.zcard(due)
             pipe.zcard(inflight)
         return sum(pipe.execute())
+
+
+def _fenced(reply: object) -> bool:
+    """Whether one script's reply in a pipeline run with ``raise_on_error=False`` is its FENCED
+    refusal. Any other error in its place is raised: a script's own, or, on a Redis Cluster, the
+    connection error of a node that died (redis-py's cluster pipeline puts a node's
+    ``ConnectionError`` in the place of each of its commands' replies rather than raising it)."""
+    if not isinstance(reply, Exception):
+        return False
+    if isinstance(reply, redis.ResponseError) and "FENCED" in str(reply):
+        return True
+    raise reply
 
 
 @cache

@@ -8,16 +8,21 @@ from __future__ import annotations
 import re
 import signal
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from chronocore.redis_client import connect
 from scheduler import api
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduler.ownership import ShardOwnership
 from scheduler.sharding import shard_for
-from scheduler.timers import shard_keys, timer_store
+from scheduler.timers import TimerStore, shard_keys, timer_store
 from tests.cluster.rcluster_fixtures import cluster_platform, healthy_cluster, redis_cluster
 from tests.e2e.tasks import RUNS_KEY
 from tests.helpers import wait_for
@@ -191,7 +196,8 @@ def test_a_primary_killed_with_sigkill_fails_over_and_no_job_is_lost(cluster_pla
                 .values("job_id").distinct().count() == len(one_time))
 
     assert wait_for(all_ran, timeout_s=120), (
-        len(one_time), Execution.objects.filter(job_id__in=one_time).values("status").count())
+        len(one_time), Execution.objects.filter(job_id__in=one_time).values("status").count(),
+        beat.log_tail())
     executions = Execution.objects.filter(job_id__in=one_time)
     assert all(e.dispatched_at >= e.scheduled_for for e in executions), "published early"
     runs = _runs(platform)
@@ -215,3 +221,55 @@ def test_a_primary_killed_with_sigkill_fails_over_and_no_job_is_lost(cluster_pla
               f"the gap {len(during)} returned and {raised} raised after their commit, all ran")
     assert missing > 0 or int(repaired.group(3)) > 0, "the replica lacked nothing: no lag made"
     assert int(repaired.group(3)) >= 1
+
+
+def test_a_claim_with_a_primary_hung_claims_the_other_nodes_shards_and_names_the_hung_ones(
+        cluster_platform):
+    # One claim is one pipeline over every primary. redis-py's cluster pipeline, run with
+    # raise_on_error=False, puts the error of a node that failed mid-call in the place of its
+    # commands' replies: the claim once read that as a reply, and the TypeError ended the beat
+    # in the failover test above (CI, 2026-12-06). Here the node hangs (SIGSTOP) under a client
+    # with a 1 s socket time-out and no retries, and nothing fails over (the replica is told
+    # not to take over, the other primaries to serve their slots meanwhile): the same error in
+    # place, every time. (redis-py then retries each of the node's commands on its own, a
+    # time-out each: the claim takes in two of the hung node's shards, not its 85.)
+    cluster, client = cluster_platform.cluster, cluster_platform.redis
+    store = TimerStore(connect(cluster.url, cluster=True, socket_timeout=1.0,
+                               retry=Retry(NoBackoff(), 0)),
+                       shard_count=timer_store().shard_count)
+    owner = ShardOwnership(store, replica_id="claimer", lease_ttl_ms=60_000)
+    owner.refresh(now_ms())
+    assert sorted(owner.leases) == list(range(store.shard_count))
+    due_ms = now_ms() - 1_000
+    timers = [(str(uuid.uuid4()), due_ms) for _ in range(200)]
+    store.add(timers)
+    victim = cluster.primaries()[0]
+    replica = cluster.replica_of(victim)
+    victim_shards = {shard for shard in range(store.shard_count)
+                     if client.get_node_from_key(shard_keys(shard)[0]).port == victim}
+    hung_shards = set(sorted(victim_shards)[:2])
+    shards = sorted(set(range(store.shard_count)) - victim_shards | hung_shards)
+    on_victim = {timer_id for timer_id, _ in timers if _node_of(client, timer_id) == victim}
+    assert len(hung_shards) == 2 and on_victim
+    survivors = [port for port in cluster.ports if port != victim]
+    _configure(cluster, [replica], "cluster-replica-no-failover", "yes")
+    _configure(cluster, survivors, "cluster-require-full-coverage", "no")
+    cluster.kill(victim, signal.SIGSTOP)
+    try:
+        claim = store.claim_due(owner.leases, shards, now_ms=now_ms(), ack_deadline_ms=30_000,
+                                limit=1_000)
+    finally:
+        cluster.kill(victim, signal.SIGCONT)
+        _configure(cluster, [replica], "cluster-replica-no-failover", "no")
+        _configure(cluster, survivors, "cluster-require-full-coverage", "yes")
+
+    assert set(claim.unreachable) == hung_shards
+    assert all(isinstance(exc, redis.TimeoutError) for exc in claim.unreachable.values())
+    assert {t.timer_id for t in claim.timers} == {timer_id for timer_id, _ in timers} - on_victim
+    assert claim.fenced == []
+
+
+def _configure(cluster, ports, name: str, value: str) -> None:
+    for port in ports:
+        with cluster.node(port) as node:
+            node.config_set(name, value)

@@ -40,8 +40,8 @@ def test_add_puts_one_timer_per_id_and_moves_it_when_added_again(store):
 def test_claim_takes_only_due_timers_and_moves_them_inflight(store):
     ownership = lease_all(store)
     store.add([(tid("due"), 1_000), (tid("later"), 9_000)])
-    claimed, fenced = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
-                                      ack_deadline_ms=10_000, limit=100)
+    claimed, fenced, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
+                                         ack_deadline_ms=10_000, limit=100)
     assert fenced == []
     assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in claimed] == [
         (tid("due"), 1_000, False)
@@ -61,8 +61,8 @@ def test_a_claim_with_a_lost_lease_is_fenced_and_claims_nothing(store):
     other = ShardOwnership(store, replica_id="r2", lease_ttl_ms=5_000)
     assert other._acquire([shard]) == [shard]  # another replica took it
 
-    claimed, fenced = store.claim_due(stale, [shard], now_ms=2_000, ack_deadline_ms=10_000,
-                                      limit=100)
+    claimed, fenced, _ = store.claim_due(stale, [shard], now_ms=2_000, ack_deadline_ms=10_000,
+                                         limit=100)
     assert claimed == [] and fenced == [shard]
     assert store.fire_time_of(tid("job")) == 1_000  # still due, for the new owner
     assert other.leases[shard] != stale[shard]  # a fresh fencing token
@@ -80,14 +80,14 @@ def test_reacquiring_a_shard_yields_a_new_fencing_token(store):
 def test_unacknowledged_claim_is_claimed_again_after_its_deadline(store):
     ownership = lease_all(store)
     store.add([(tid("job"), 1_000)])
-    first, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_500,
-                               ack_deadline_ms=1_000, limit=10)
+    first, _, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_500,
+                                  ack_deadline_ms=1_000, limit=10)
     assert len(first) == 1
-    before_deadline, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
-                                         ack_deadline_ms=1_000, limit=10)
+    before_deadline, _, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_000,
+                                            ack_deadline_ms=1_000, limit=10)
     assert before_deadline == []
-    again, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_600,
-                               ack_deadline_ms=1_000, limit=10)
+    again, _, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=2_600,
+                                  ack_deadline_ms=1_000, limit=10)
     assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in again] == [
         (tid("job"), 1_000, True)
     ]
@@ -96,8 +96,8 @@ def test_unacknowledged_claim_is_claimed_again_after_its_deadline(store):
 def test_a_shard_taken_over_has_what_its_dead_owner_claimed_claimed_again_at_once(store):
     dead = lease_all(store, "dead")
     store.add([(tid("prepared"), 1_100), (tid("later"), 5_000)])
-    claimed, _ = store.claim_due(dead.leases, range(SHARDS), now_ms=1_100,
-                                 ack_deadline_ms=30_000, limit=10)
+    claimed, _, _ = store.claim_due(dead.leases, range(SHARDS), now_ms=1_100,
+                                    ack_deadline_ms=30_000, limit=10)
     assert [t.timer_id for t in claimed] == [tid("prepared")]  # then it was killed
     for shard in range(SHARDS):
         store.client.delete(shard_keys(shard)[3])  # its leases expired
@@ -109,8 +109,8 @@ def test_a_shard_taken_over_has_what_its_dead_owner_claimed_claimed_again_at_onc
     # Without the take-over's cut-off it would wait for its deadline (31,100 ms):
     assert store.claim_due(heir.leases, range(SHARDS), now_ms=took_over_ms,
                            ack_deadline_ms=30_000, limit=10)[0] == []
-    again, _ = store.claim_due(heir.leases, range(SHARDS), now_ms=took_over_ms,
-                               ack_deadline_ms=30_000, limit=10, reclaim_before_ms=reclaim)
+    again, _, _ = store.claim_due(heir.leases, range(SHARDS), now_ms=took_over_ms,
+                                  ack_deadline_ms=30_000, limit=10, reclaim_before_ms=reclaim)
     assert [(t.timer_id, t.fire_at_ms, t.redelivered) for t in again] == [
         (tid("prepared"), 1_100, True)]
     # What the heir claimed itself is never claimed again under the same cut-off...
@@ -126,8 +126,8 @@ def test_a_shard_taken_over_has_what_its_dead_owner_claimed_claimed_again_at_onc
 def test_ack_removes_the_inflight_entry_and_adds_the_next_occurrence(store):
     ownership = lease_all(store)
     store.add([(tid("cron"), 1_000), (tid("once"), 1_000)])
-    claimed, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_000,
-                                 ack_deadline_ms=5_000, limit=10)
+    claimed, _, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=1_000,
+                                    ack_deadline_ms=5_000, limit=10)
     by_id = {t.timer_id: t for t in claimed}
     acks = [(by_id[tid("cron")], 61_000), (by_id[tid("once")], None)]
     assert store.ack(ownership.leases, acks) == []
@@ -135,8 +135,8 @@ def test_ack_removes_the_inflight_entry_and_adds_the_next_occurrence(store):
     assert store.fire_time_of(tid("once")) is None
     assert store.pending_count() == 1
     # Nothing is redelivered after the deadline: both were acknowledged.
-    later, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=10_000,
-                               ack_deadline_ms=5_000, limit=10)
+    later, _, _ = store.claim_due(ownership.leases, range(SHARDS), now_ms=10_000,
+                                  ack_deadline_ms=5_000, limit=10)
     assert later == []
 
 
@@ -145,8 +145,8 @@ def test_claim_respects_the_batch_limit_and_keeps_the_rest_due(store):
     shard = 3
     ids = [tid(f"t{i}") for i in range(400) if store.shard_of(tid(f"t{i}")) == shard][:10]
     store.add([(timer_id, 1_000 + i) for i, timer_id in enumerate(ids)])
-    claimed, _ = store.claim_due(ownership.leases, [shard], now_ms=5_000, ack_deadline_ms=5_000,
-                                 limit=4)
+    claimed, _, _ = store.claim_due(ownership.leases, [shard], now_ms=5_000, ack_deadline_ms=5_000,
+                                    limit=4)
     assert [t.timer_id for t in claimed] == ids[:4]  # earliest first
     assert store.client.zcard(shard_keys(shard)[0]) == len(ids) - 4
 
