@@ -71,6 +71,41 @@ class ReconcileReport:
         return self
 
 
+class FullPass:
+    """The reconciler's pass over every owned shard after a Redis restart or failover: the
+    shards it has left, what it repaired, and its summary once it ends.
+
+    A shard of the pass may leave this replica before its turn: the keeper could not renew its
+    lease while a node was down, or the map moved it. It stays in the pass: gained again, it is
+    reconciled as a gained shard is, at once, and counts here. The pass ends when every shard
+    left in it is another replica's (whose gain reconciles it)."""
+
+    def __init__(self, shards: set[int], *, started: float) -> None:
+        self.left = set(shards)
+        self.started = started
+        self.report = ReconcileReport()
+
+    def note(self, shard: int, report: ReconcileReport) -> None:
+        if shard in self.left:
+            self.left.discard(shard)
+            self.report += report
+
+    def summary(self, owned: frozenset[int], now: float) -> str | None:
+        """The line to log once the pass has ended (nothing left of it that this replica
+        owns), else None."""
+        if self.left & owned:
+            return None
+        done = self.report
+        text = (f"reconciled every owned shard after the Redis restart or failover in "
+                f"{now - self.started:.1f} s: {done.checked} timers checked, {done.added} "
+                f"missing added, {done.moved} misplaced moved")
+        if self.left:
+            shards = "1 shard" if len(self.left) == 1 else f"{len(self.left)} shards"
+            text += (f"; {shards} left this replica before their turn (their owner reconciles "
+                     f"them when it gains them)")
+        return text
+
+
 def pending_timers(shard: int, shard_count: int) -> dict[str, int]:
     """``{job id: next fire ms}`` of the pending jobs of one shard, from PostgreSQL."""
     low, high = timer_key_range(shard, shard_count)
@@ -252,11 +287,7 @@ class Reconciler(threading.Thread):
         self._incarnation: str | frozenset[str] | None = None
         self._next_incarnation_check = 0.0
         self._next_overdue_sweep = 0.0
-        # The pass over every owned shard after a restart or failover: what is left of it,
-        # when it began, and what it repaired (logged when it ends).
-        self._full_pass: set[int] = set()
-        self._full_pass_started = 0.0
-        self._full_pass_report = ReconcileReport()
+        self._full_pass: FullPass | None = None
 
     def gained(self, shards: list[int]) -> None:
         for shard in shards:
@@ -274,9 +305,10 @@ class Reconciler(threading.Thread):
                 shard = self._next_shard()
                 if shard is not None:
                     self._note(shard, reconcile_shard(self.store, shard))
+                self._end_full_pass()
             except (redis.RedisError, DatabaseError) as exc:
                 log.error("reconciling shard %s failed, will retry: %r", shard, exc)
-                if shard in self._full_pass:
+                if self._full_pass is not None and shard in self._full_pass.left:
                     self._urgent.put(shard)  # not done: the pass after a failover needs it
                 close_old_connections()
                 self._stopping.wait(1.0)
@@ -297,9 +329,7 @@ class Reconciler(threading.Thread):
         owned = sorted(self.owned)
         log.warning("Redis restarted or failed over (%s): reconciling all %d owned shards "
                     "with PostgreSQL now", _describe_change(previous, current), len(owned))
-        self._full_pass = set(owned)
-        self._full_pass_started = now
-        self._full_pass_report = ReconcileReport()
+        self._full_pass = FullPass(set(owned), started=now)
         self.gained(owned)
 
     def _sweep_overdue(self) -> None:
@@ -311,16 +341,16 @@ class Reconciler(threading.Thread):
 
     def _note(self, shard: int, report: ReconcileReport) -> None:
         self.totals += report
-        if shard not in self._full_pass:
+        if self._full_pass is not None:
+            self._full_pass.note(shard, report)
+
+    def _end_full_pass(self) -> None:
+        if self._full_pass is None:
             return
-        self._full_pass.discard(shard)
-        self._full_pass_report += report
-        if not self._full_pass:
-            done = self._full_pass_report
-            log.warning("reconciled every owned shard after the Redis restart or failover in "
-                        "%.1f s: %d timers checked, %d missing added, %d misplaced moved",
-                        time.monotonic() - self._full_pass_started, done.checked, done.added,
-                        done.moved)
+        summary = self._full_pass.summary(self.owned, time.monotonic())
+        if summary is not None:
+            log.warning("%s", summary)
+            self._full_pass = None
 
     def _next_shard(self) -> int | None:
         try:
@@ -332,8 +362,7 @@ class Reconciler(threading.Thread):
             self._cursor = (self._cursor + 1) % len(owned)
             return owned[self._cursor]
         if shard not in self.owned:
-            self._full_pass.discard(shard)  # moved to another replica, which reconciles it
-            return None
+            return None  # another replica's now, which reconciles it (FullPass)
         return shard
 
 
