@@ -223,6 +223,48 @@ def test_a_primary_killed_with_sigkill_fails_over_and_no_job_is_lost(cluster_pla
     assert int(repaired.group(3)) >= 1
 
 
+def test_a_primary_hung_fails_over_and_the_beat_and_worker_go_on_without_it(cluster_platform,
+                                                                           tenant, capsys):
+    # SIGSTOP: the node keeps its connections open and answers nothing (a hung host, a network
+    # that drops rather than refuses). The cluster fails it over; Chrono's clients, waiting on
+    # its sockets, must give up on them (their socket time-out, chronocore.redis_client) and
+    # follow the new primary, while the node stays hung. Without the time-out 63 of the 300
+    # jobs had run 90 s later.
+    platform, cluster = cluster_platform, cluster_platform.cluster
+    beat = platform.start_beat()
+    worker = platform.start_worker(concurrency=4, pool="threads")
+    start = now_ms() + 2_000
+    jobs = api.schedule_once_many("e2e.record_run", tenant=tenant, queue=platform.queue,
+                                  fire_times=[ms_to_datetime(start + i * 50)
+                                              for i in range(300)])  # 20/s over 15 s
+    time.sleep(5)  # firing under way
+    victim = platform.redis.get_node_from_key(shard_keys(0)[0]).port
+    replica = cluster.replica_of(victim)
+    cluster.kill(victim, signal.SIGSTOP)
+    hung_at = time.monotonic()
+    try:
+        assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
+                        timeout_s=20), cluster.topology(ask=[replica])
+        failed_over_s = time.monotonic() - hung_at
+
+        def all_ran() -> bool:
+            return (Execution.objects.filter(job__in=jobs, status="SUCCEEDED")
+                    .values("job_id").distinct().count() == len(jobs))
+
+        assert wait_for(all_ran, timeout_s=90), (
+            Execution.objects.filter(job__in=jobs, status="SUCCEEDED").count(),
+            beat.log_tail(), worker.log_tail())
+        ran_s = time.monotonic() - hung_at
+    finally:
+        cluster.kill(victim, signal.SIGCONT)
+    late = sorted((e.dispatched_at - e.scheduled_for).total_seconds()
+                  for e in Execution.objects.filter(job__in=jobs))
+    with capsys.disabled():
+        print(f"\nredis primary hung: failed over after {failed_over_s:.1f} s; every job ran "
+              f"{ran_s:.1f} s after the hang; dispatch lateness max {late[-1]:.1f} s")
+    assert beat.popen.poll() is None and worker.popen.poll() is None
+
+
 def test_a_claim_with_a_primary_hung_claims_the_other_nodes_shards_and_names_the_hung_ones(
         cluster_platform):
     # One claim is one pipeline over every primary. redis-py's cluster pipeline, run with
