@@ -70,6 +70,19 @@ def is_cluster(client: RedisClient) -> bool:
     return isinstance(client, redis.RedisCluster)
 
 
+def by_node(client: RedisClient, keys: Sequence[str]) -> dict[str, list[int]]:
+    """The indexes of ``keys`` by the name of the node that serves each, in the order of each
+    node's first key (one group, named "", on a single server). A pipeline run a group at a
+    time fails a node at a time: redis-py's cluster pipeline raises for all of its nodes when
+    it cannot take one's connection."""
+    if not is_cluster(client):
+        return {"": list(range(len(keys)))}
+    groups: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(client.get_node_from_key(key).name, []).append(index)
+    return groups
+
+
 def database_of(client: RedisClient) -> int | None:
     """The database index ``client`` uses, or None on a cluster (whose only database is 0,
     and whose pub/sub is not shared with anything else: a cluster holds one deployment)."""

@@ -28,6 +28,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import redis
+
+from chronocore.redis_client import by_node
 from scheduler.sharding import shard_tag, shards_owned_by
 from scheduler.timers import TimerStore
 
@@ -72,6 +75,8 @@ class ShardOwnership:
         self.lost: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._member = True  # False once the membership was withdrawn (a clean stop)
+        # The nodes whose renewals failed at the keeper's last renewal (by_node's names).
+        self._failed_last: set[str] = set()
 
     @property
     def claimable(self) -> dict[int, str]:
@@ -130,30 +135,58 @@ class ShardOwnership:
     def renew(self, now_ms: int) -> list[int]:
         """The keeper's beat: heartbeat the membership and renew every held lease (leaving ones
         included: they are published under it until handed over). Returns the shards found
-        lost, which are also queued for the loop's next :meth:`refresh`."""
+        lost, which are also queued for the loop's next :meth:`refresh`.
+
+        On a Redis Cluster the renewals go one pipeline per node, the node that failed last
+        time last: a node down or hung fails its own shards' renewals (raised once the others
+        are done) rather than everyone's, so the leases on the live nodes do not lapse with
+        it while the cluster fails it over."""
         leases = self.leases
         held = sorted(leases)
+        keys = [REPLICAS_KEY, *(_lease_keys(shard)[0] for shard in held)]
+        groups = sorted(by_node(self.store.client, keys).items(),
+                        key=lambda item: item[0] in self._failed_last)
+        found_lost: list[int] = []
+        failure: redis.RedisError | None = None
+        failed: set[str] = set()
+        for node, group in groups:
+            try:
+                found_lost += self._renew_group(leases, [held[i - 1] for i in group if i],
+                                                heartbeat=0 in group, now_ms=now_ms)
+            except redis.RedisError as exc:
+                failure = failure or exc
+                failed.add(node)
+        self._failed_last = failed
+        lost = self._remove(found_lost, only_if=leases)
+        for shard in lost:
+            log.warning("replica %s lost its lease on shard %d", self.replica_id, shard)
+            self.lost.put(shard)
+        if failure is not None:
+            raise failure
+        return lost
+
+    def _renew_group(self, leases: dict[int, str], shards: list[int], *, heartbeat: bool,
+                     now_ms: int) -> list[int]:
+        """Renew ``shards`` under ``leases`` (and heartbeat the membership) in one round trip;
+        returns those whose lease was found lost."""
         pipe = self.store.client.pipeline(transaction=False)
-        if self._member:
+        heartbeat = heartbeat and self._member
+        if heartbeat:
             pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms + self.lease_ttl_ms})
-        else:
-            pipe.zscore(REPLICAS_KEY, self.replica_id)  # a placeholder reply, dropped
-        for shard in held:
+        for shard in shards:
             self.store.renew_lease_script(
                 keys=[_lease_keys(shard)[0]],
                 args=[leases[shard], self.lease_ttl_ms],
                 client=pipe,
             )
         sent_at = time.monotonic()
-        replies = pipe.execute()[1:]
-        renewed = [s for s, ok in zip(held, replies, strict=True) if ok]
-        for shard in renewed:
-            self._renewed_at[shard] = sent_at
-        lost = self._remove([s for s, ok in zip(held, replies, strict=True) if not ok],
-                            only_if=leases)
-        for shard in lost:
-            log.warning("replica %s lost its lease on shard %d", self.replica_id, shard)
-            self.lost.put(shard)
+        replies = pipe.execute()[1 if heartbeat else 0:]
+        lost = []
+        for shard, ok in zip(shards, replies, strict=True):
+            if ok:
+                self._renewed_at[shard] = sent_at
+            else:
+                lost.append(shard)
         return lost
 
     def _acquire(self, shards: list[int]) -> list[int]:

@@ -311,6 +311,40 @@ def test_a_claim_with_a_primary_hung_claims_the_other_nodes_shards_and_names_the
     assert claim.fenced == []
 
 
+def test_the_keeper_renews_the_live_nodes_leases_while_a_primary_is_down(cluster_platform):
+    # The keeper's renewals go a pipeline per node: one pipeline over every node raised for all
+    # of them while one was down, and every lease lapsed (the failover test's beat lost and took
+    # back 160 of its 256 shards). Nothing fails over here (as above): the node stays down.
+    cluster, client = cluster_platform.cluster, cluster_platform.redis
+    store = timer_store()
+    owner = ShardOwnership(store, replica_id="keeper", lease_ttl_ms=3_000)
+    owner.refresh(now_ms())
+    assert sorted(owner.leases) == list(range(store.shard_count))
+    victim = cluster.primaries()[0]
+    replica = cluster.replica_of(victim)
+    on_victim = {shard for shard in range(store.shard_count)
+                 if client.get_node_from_key(shard_keys(shard)[3]).port == victim}
+    live = set(range(store.shard_count)) - on_victim
+    survivors = [port for port in cluster.ports if port != victim]
+    _configure(cluster, [replica], "cluster-replica-no-failover", "yes")
+    _configure(cluster, survivors, "cluster-require-full-coverage", "no")
+    try:
+        cluster.kill(victim, signal.SIGKILL)
+        time.sleep(2.0)
+        with pytest.raises(redis.ConnectionError):
+            owner.renew(now_ms())
+        time.sleep(1.5)  # 3.5 s since the acquire: a lease not renewed has expired
+        assert all(owner.surely_held(shard) for shard in live)
+        assert not any(owner.surely_held(shard) for shard in on_victim)
+        pipe = client.pipeline(transaction=False)
+        for shard in sorted(live):
+            pipe.pttl(shard_keys(shard)[3])
+        assert min(pipe.execute()) > 0, "a live node's lease expired"
+    finally:
+        _configure(cluster, [replica], "cluster-replica-no-failover", "no")
+        _configure(cluster, survivors, "cluster-require-full-coverage", "yes")
+
+
 def _configure(cluster, ports, name: str, value: str) -> None:
     for port in ports:
         with cluster.node(port) as node:
