@@ -138,9 +138,10 @@ class ShardOwnership:
         lost, which are also queued for the loop's next :meth:`refresh`.
 
         On a Redis Cluster the renewals go one pipeline per node, the node that failed last
-        time last: a node down or hung fails its own shards' renewals (raised once the others
-        are done) rather than everyone's, so the leases on the live nodes do not lapse with
-        it while the cluster fails it over."""
+        time last: a node down fails its own shards' renewals (raised once the others are
+        done) rather than everyone's, so the leases on the live nodes do not lapse with it
+        while the cluster fails it over. A hung node still holds the keeper for its
+        time-outs (redis-py tries it four times), which can outlast the others' leases."""
         leases = self.leases
         held = sorted(leases)
         keys = [REPLICAS_KEY, *(_lease_keys(shard)[0] for shard in held)]
