@@ -52,6 +52,10 @@ class ChronoConfig:
     # server: every Redis client is redis-py's RedisCluster, announcements use sharded pub/sub.
     # A cluster has database 0 only, so REDIS_URL must name it (or none).
     redis_cluster: bool = False
+    # How long every Redis client of Chrono waits for a connection or a reply before it fails
+    # like an outage (logged, retried): a node that hangs must not hold a beat or a worker for
+    # good (chronocore.redis_client.connect).
+    redis_socket_timeout_ms: int = 2_000
     # Where `chrono services` keeps its servers, and the credentials file the URLs above take
     # their users and passwords from when they carry none (empty: credentials.env in data_dir).
     data_dir: str = DEFAULT_DATA_DIR
@@ -246,6 +250,7 @@ class ChronoConfig:
 
     def __post_init__(self) -> None:
         for name, low in (
+            ("redis_socket_timeout_ms", 100),
             ("shard_count", 1),
             ("tick_ms", 1),
             ("lookahead_ms", 100),

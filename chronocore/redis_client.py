@@ -29,27 +29,27 @@ from chronocore.errors import RedisUnavailable
 RedisClient = redis.Redis | redis.RedisCluster
 
 
-# How long a client of Chrono's waits on a connection or a reply before it fails like an
-# outage (logged, retried, backed off). Without it a node that hangs (stopped, or behind a
-# network that drops rather than refuses) holds every thread waiting on it forever: a beat's
-# loop and keeper after a Redis Cluster had failed the node over, with jobs due on every other
-# node (tests/cluster/test_redis_cluster.py, a primary hung: the jobs went out at most 4.2 s
-# late with 2 s, against 10.2 s with 5 s, the cluster failing over in 3 s). No command of
-# Chrono's takes near this long; one that timed out may have run, which its caller's retry
-# tolerates (a claim's timers are claimed again after their ack deadline). The same as the
-# health probes' time-out.
-SOCKET_TIMEOUT_S = 2.0
+def socket_timeout_s() -> float:
+    """How long a client of Chrono's waits on a connection or a reply before it fails like an
+    outage (``redis_socket_timeout_ms``, 2 s). Without it a node that hangs (stopped, or
+    behind a network that drops rather than refuses) holds every thread waiting on it for good:
+    a beat's loop and keeper after a Redis Cluster had failed the node over, with jobs due on
+    every other node (tests/cluster/test_redis_cluster.py, a primary hung: the jobs went out at
+    most 4.2 s late with 2 s, 10.2 s with 5 s, the cluster failing over in 3 s). A command
+    that timed out may have run, which its caller's retry tolerates (a claim's timers are
+    claimed again after their ack deadline)."""
+    return get_config().redis_socket_timeout_ms / 1000
 
 
 def connect(url: str, *, cluster: bool, **options: object) -> RedisClient:
     """A new client of ``url``: a :class:`redis.RedisCluster` when ``cluster``, else a
     :class:`redis.Redis`; ``options`` are either's keyword arguments, over the defaults
-    (``socket_timeout`` and ``socket_connect_timeout`` :data:`SOCKET_TIMEOUT_S`).
+    (``socket_timeout`` and ``socket_connect_timeout`` :func:`socket_timeout_s`).
 
     A cluster client reads the slot map when it is made, so it fails here, with
     :class:`RedisUnavailable`, when no node answers; a single server's connects on first use."""
-    options = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": SOCKET_TIMEOUT_S,
-               **options}
+    timeout_s = socket_timeout_s()
+    options = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, **options}
     if cluster:
         try:
             return redis.RedisCluster.from_url(url, **options)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from chronocore import redis_client
 from chronocore.config import ConfigError, load_config, redis_database
-from chronocore.redis_client import ClusterScript, database_of, register_script
+from chronocore.redis_client import ClusterScript, connect, database_of, register_script
 from localservices.errors import ServiceConfigError
 from localservices.redis_cluster import LocalRedisCluster, parse_cluster_nodes
 from scheduler.announcements import ANNOUNCE, CANCEL, channel_name
@@ -33,6 +34,18 @@ def test_the_database_a_redis_url_names(url, database):
 def test_a_database_that_is_no_number_is_refused_by_name():
     with pytest.raises(ConfigError, match="REDIS_URL names database 'x'"):
         redis_database("redis://h/x")
+
+
+def test_every_client_gives_up_on_a_silent_server_after_the_configured_time(monkeypatch):
+    config = load_config({"CHRONO_REDIS_SOCKET_TIMEOUT_MS": "700"})
+    monkeypatch.setattr(redis_client, "get_config", lambda: config)
+    kwargs = connect(f"{URL}/0", cluster=False).connection_pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.7, 0.7)
+    probe = connect(f"{URL}/0", cluster=False, socket_timeout=0.2)  # a caller's own wins
+    assert probe.connection_pool.connection_kwargs["socket_timeout"] == 0.2
+    assert load_config({}).redis_socket_timeout_ms == 2_000
+    with pytest.raises(ConfigError, match="CHRONO_REDIS_SOCKET_TIMEOUT_MS must be at least 100"):
+        load_config({"CHRONO_REDIS_SOCKET_TIMEOUT_MS": "10"})
 
 
 def test_a_cluster_is_off_by_default_and_takes_database_zero_only():
