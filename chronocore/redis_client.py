@@ -13,6 +13,7 @@ pipelines, and :func:`database_of` for the database a client's announcements are
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import cache
 
@@ -24,6 +25,8 @@ from redis.exceptions import RedisClusterException
 # the process edge, nothing owns it to hand it a configuration.
 from chronocore.config import get_config
 from chronocore.errors import RedisUnavailable
+
+log = logging.getLogger("chrono.redis")
 
 # Either client; a pipeline of each is an instance of its client's class too.
 RedisClient = redis.Redis | redis.RedisCluster
@@ -81,6 +84,20 @@ def by_node(client: RedisClient, keys: Sequence[str]) -> dict[str, list[int]]:
     for index, key in enumerate(keys):
         groups.setdefault(client.get_node_from_key(key).name, []).append(index)
     return groups
+
+
+def refresh_slots(client: RedisClient) -> None:
+    """Read a Redis Cluster client's slot map again from the nodes it knows (nothing on one
+    server), for a client that only listens (a pub/sub subscription never refreshes it, and the
+    node it names may have been failed over). Only for a client no other thread uses: redis-py
+    disconnects the client's connection pools while it reads. No node answering is left to the
+    next attempt."""
+    if not is_cluster(client):
+        return
+    try:
+        client.nodes_manager.initialize()
+    except (redis.RedisError, RedisClusterException) as exc:
+        log.warning("could not read the Redis Cluster's slot map again: %r", exc)
 
 
 def database_of(client: RedisClient) -> int | None:

@@ -19,14 +19,25 @@ does, and a subscriber listens on that shard. redis-py has both commands; its
 
 Announcements are a shortcut, never the only way: a beat rescans after losing its listener,
 and a worker sees a cancellation at its next lease renewal.
+
+A subscription's connection is silent while nothing is published, so a node that hangs (a
+stopped process, a host behind a network that drops packets) would leave it deaf for good:
+after a failover its channel is served elsewhere, and the beat would lean on its scans, a
+worker on its renewals, until the process restarts. So a :class:`Subscription` pings every
+``PING_INTERVAL_S`` and gives the connection up when the pong is not back within the clients'
+socket time-out (:func:`chronocore.redis_client.socket_timeout_s`).
 """
 
 from __future__ import annotations
 
+import time
+
 import redis
 from redis.exceptions import RedisClusterException
 
-from chronocore.redis_client import RedisClient, database_of, is_cluster
+from chronocore.redis_client import RedisClient, database_of, is_cluster, socket_timeout_s
+
+PING_INTERVAL_S = 1.0
 
 ANNOUNCE = "announce"
 CANCEL = "cancel"
@@ -62,12 +73,15 @@ class Subscription:
     """A listener of one channel on a connection of its own.
 
     :meth:`get` raises :class:`redis.ConnectionError` once the subscription is gone (the server
-    went away, or a cluster moved the channel's slot and ended it with ``sunsubscribe``); the
-    caller then makes a new one, on the shard's primary of the moment.
+    went away, stopped answering its pings, or a cluster moved the channel's slot and ended it
+    with ``sunsubscribe``); the caller then makes a new one, on the shard's primary of the
+    moment.
     """
 
     def __init__(self, client: RedisClient, channel: str) -> None:
         self.channel = channel
+        self._ping_at = time.monotonic() + PING_INTERVAL_S
+        self._pinged_at: float | None = None  # a ping's pong awaited since
         try:
             if is_cluster(client):
                 # The node the client's slot map names, never a refresh of that map from here:
@@ -86,12 +100,24 @@ class Subscription:
 
     def get(self, timeout_s: float) -> bytes | None:
         """The next message's data, or None when none came within ``timeout_s``."""
+        now = time.monotonic()
+        if self._pinged_at is None and now >= self._ping_at:
+            self._pubsub.ping()
+            self._pinged_at = now
+        elif self._pinged_at is not None and now - self._pinged_at > socket_timeout_s():
+            raise redis.ConnectionError(
+                f"no pong on the subscription to {self.channel} for {now - self._pinged_at:.1f} "
+                f"s: its server hangs")
         message = self._pubsub.get_message(timeout=timeout_s)
         if message is None:
             return None
         kind = message["type"]
         if kind in ("message", "smessage"):
             return message["data"]
+        if kind == "pong":
+            self._pinged_at = None
+            self._ping_at = time.monotonic() + PING_INTERVAL_S
+            return None
         if kind in ("unsubscribe", "sunsubscribe"):
             raise redis.ConnectionError(
                 f"the server ended the subscription to {self.channel} (its slot moved)")

@@ -396,6 +396,7 @@ class Beat:
         """Pub/sub listener thread: announcements of timers added inside the window."""
         backoff_s = 0.1
         while not self._stopping.is_set():
+            subscription = None
             try:
                 subscription = Subscription(self.store.client, self.store.announce_channel)
                 backoff_s = 0.1
@@ -407,6 +408,8 @@ class Beat:
                 # Announcements sent while we were away are lost: rescan everything.
                 log.error("announce listener lost Redis, retrying in %.1f s: %r", backoff_s, exc)
                 self._scanned_until.clear()
+                if subscription is not None:
+                    subscription.close()
                 self._stopping.wait(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
 

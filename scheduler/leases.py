@@ -28,7 +28,7 @@ import redis
 from django.db import DatabaseError, close_old_connections, connection
 
 from chronocore.config import ChronoConfig
-from chronocore.redis_client import connect
+from chronocore.redis_client import connect, refresh_slots
 from scheduler.announcements import Subscription
 from scheduler.clock import ms_to_datetime, now_ms
 from scheduler.lifecycle import (
@@ -125,12 +125,13 @@ class LeaseKeeper(threading.Thread):
             self._cancelling.pop(execution_id, None)
 
     def run(self) -> None:
-        subscription = None
+        client = subscription = None
         next_renewal = time.monotonic() + self.ttl_ms / 3000
         while True:
             try:
-                if subscription is None:
+                if client is None:
                     client = connect(self.redis_url, cluster=self.redis_cluster)
+                if subscription is None:
                     subscription = Subscription(client, cancel_channel(client))
                 data = subscription.get(timeout_s=0.5)
                 if data is not None:
@@ -138,7 +139,11 @@ class LeaseKeeper(threading.Thread):
             except redis.RedisError as exc:
                 log.error("cancel listener lost Redis (renewals still see cancellations): %r",
                           exc)
-                subscription = None
+                if subscription is not None:
+                    subscription.close()
+                    subscription = None
+                if client is not None:
+                    refresh_slots(client)
                 time.sleep(1)
             self._force_overdue()
             if time.monotonic() >= next_renewal:

@@ -19,6 +19,7 @@ from redis.retry import Retry
 from chronocore.redis_client import connect
 from scheduler import api
 from scheduler.clock import datetime_to_ms, ms_to_datetime, now_ms
+from scheduler.lifecycle import cancel_channel
 from scheduler.models import Execution, ExecutionStatus, Job, JobStatus
 from scheduler.ownership import ShardOwnership
 from scheduler.sharding import shard_for
@@ -263,6 +264,91 @@ def test_a_primary_hung_fails_over_and_the_beat_and_worker_go_on_without_it(clus
         print(f"\nredis primary hung: failed over after {failed_over_s:.1f} s; every job ran "
               f"{ran_s:.1f} s after the hang; dispatch lateness max {late[-1]:.1f} s")
     assert beat.popen.poll() is None and worker.popen.poll() is None
+
+
+def test_after_the_announcements_node_hung_the_beat_listens_on_its_replica(cluster_platform,
+                                                                           tenant):
+    # A subscription's connection is silent while nothing is published: on a node that hangs
+    # it heard nothing ever again, the channel served by the promoted replica. It pings now,
+    # and gives the node up when no pong comes back (scheduler.announcements).
+    platform, cluster = cluster_platform, cluster_platform.cluster
+    # Scans every 20 s: only an announcement brings a job due in 50 ms in time.
+    beat = platform.start_beat(lookahead_ms=30_000, scan_interval_ms=20_000,
+                               ack_deadline_ms=60_000)
+    platform.start_worker()
+    channel = timer_store().announce_channel
+    victim = platform.redis.get_node_from_key(channel).port
+    replica = cluster.replica_of(victim)
+    assert wait_for(lambda: _subscribers(cluster, victim, channel) == 1, timeout_s=10)
+    cluster.kill(victim, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
+                        timeout_s=20), cluster.topology(ask=[replica])
+        assert wait_for(lambda: _subscribers(cluster, replica, channel) == 1, timeout_s=20), \
+            beat.log_tail()
+        _follow_failover(timer_store())  # this process's own client, the API's
+        job = api.schedule_once("e2e.record_run", tenant=tenant, delay=0.05,
+                                queue=platform.queue)
+        assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(),
+                        timeout_s=15), beat.log_tail()
+    finally:
+        cluster.kill(victim, signal.SIGCONT)
+    execution = job.executions.get()
+    assert timedelta(0) <= execution.dispatched_at - execution.scheduled_for < timedelta(seconds=2)
+
+
+def test_after_the_cancel_channels_node_hung_a_cancel_reaches_the_running_job(
+        cluster_platform, tenant):
+    # The worker's cancel listener, on a client of its own: it pings, gives a silent node up,
+    # and reads the slot map again before subscribing anew (chronocore.redis_client.
+    # refresh_slots), else it would subscribe to the hung node again and again.
+    platform, cluster = cluster_platform, cluster_platform.cluster
+    platform.start_beat()
+    # Lease renewals every 40 s: within this test only the announcement can stop the run. One
+    # pool process, whose listener a first job starts, on the cluster as it was.
+    worker = platform.start_worker(concurrency=1, execution_lease_ttl_ms=120_000)
+    first = api.schedule_once("e2e.record_run", tenant=tenant, delay=0.1, queue=platform.queue)
+    assert wait_for(lambda: first.executions.filter(status="SUCCEEDED").exists(), timeout_s=30)
+    channel = cancel_channel(platform.redis)
+    victim = platform.redis.get_node_from_key(channel).port
+    replica = cluster.replica_of(victim)
+    assert wait_for(lambda: _subscribers(cluster, victim, channel) >= 1, timeout_s=10)
+    cluster.kill(victim, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
+                        timeout_s=20), cluster.topology(ask=[replica])
+        assert wait_for(lambda: _subscribers(cluster, replica, channel) >= 1, timeout_s=20), \
+            worker.log_tail()
+        _follow_failover(timer_store())
+        job = api.schedule_once("e2e.sleep", tenant=tenant, kwargs={"seconds": 30}, delay=0.2,
+                                queue=platform.queue)
+        assert wait_for(lambda: job.executions.filter(status="RUNNING").exists(), timeout_s=30)
+        execution = job.executions.get()
+        assert api.cancel_execution(execution.execution_id, tenant=tenant, by="ops") == "stopping"
+        assert wait_for(lambda: job.executions.filter(status="CANCELLED").exists(),
+                        timeout_s=15), worker.log_tail()
+    finally:
+        cluster.kill(victim, signal.SIGCONT)
+    execution.refresh_from_db()
+    assert (execution.finished_at - execution.started_at).total_seconds() < 15
+
+
+def _follow_failover(store) -> None:
+    """Until a command on every shard is served: a client that has not met the failover yet
+    learns the new primary from its first errors (each a socket time-out on the hung node)."""
+    def served() -> bool:
+        try:
+            store.pending_count()
+        except redis.RedisError:
+            return False
+        return True
+
+    assert wait_for(served, timeout_s=30)
+
+
+def _subscribers(cluster, port: int, channel: str) -> int:
+    with cluster.node(port) as node:
+        return int(node.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
 
 
 def test_a_claim_with_a_primary_hung_claims_the_other_nodes_shards_and_names_the_hung_ones(
