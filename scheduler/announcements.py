@@ -100,16 +100,18 @@ class Subscription:
 
     def get(self, timeout_s: float) -> bytes | None:
         """The next message's data, or None when none came within ``timeout_s``."""
-        now = time.monotonic()
-        if self._pinged_at is None and now >= self._ping_at:
+        if self._pinged_at is None and time.monotonic() >= self._ping_at:
             self._pubsub.ping()
-            self._pinged_at = now
-        elif self._pinged_at is not None and now - self._pinged_at > socket_timeout_s():
-            raise redis.ConnectionError(
-                f"no pong on the subscription to {self.channel} for {now - self._pinged_at:.1f} "
-                f"s: its server hangs")
+            self._pinged_at = time.monotonic()
         message = self._pubsub.get_message(timeout=timeout_s)
         if message is None:
+            # Looked at only once nothing is left to read: a pong that waited unread (this
+            # thread held up) is never taken for a silence.
+            if self._pinged_at is not None:
+                silent_s = time.monotonic() - self._pinged_at
+                if silent_s > socket_timeout_s():
+                    raise redis.ConnectionError(f"no pong on the subscription to {self.channel} "
+                                                f"for {silent_s:.1f} s: its server hangs")
             return None
         kind = message["type"]
         if kind in ("message", "smessage"):
