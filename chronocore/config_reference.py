@@ -85,7 +85,7 @@ DESCRIPTIONS: dict[str, str] = {
     "a reply before it treats Redis as unreachable (logged, retried, backed off). A node that "
     "hangs (stopped, or behind a network that drops packets) would otherwise hold a beat's "
     "loop and a worker's renewals after a Redis Cluster failed it over; with 2 s the jobs of a "
-    "cluster whose primary hung went out at most 4.2 s late, with 5 s 10.2 s. No command of "
+    "cluster whose primary hung went out at most 4.2-4.5 s late, with 5 s 10.2 s. No command of "
     "Chrono's takes near this long; raise it only for a Redis across a slow link.",
     "broker_url": "RabbitMQ (`amqp://user:password@host:port/vhost`, or `amqps://` for TLS "
     "with the certificate verified): dispatch and retry queues. A cluster: every node's URL, "

@@ -38,9 +38,9 @@ def socket_timeout_s() -> float:
     behind a network that drops rather than refuses) holds every thread waiting on it for good:
     a beat's loop and keeper after a Redis Cluster had failed the node over, with jobs due on
     every other node (tests/cluster/test_redis_cluster.py, a primary hung: the jobs went out at
-    most 4.2 s late with 2 s, 10.2 s with 5 s, the cluster failing over in 3 s). A command
-    that timed out may have run, which its caller's retry tolerates (a claim's timers are
-    claimed again after their ack deadline)."""
+    most 4.2-4.5 s late with 2 s, 10.2 s with 5 s, the cluster failing over in 2.6-3.7 s). A
+    command that timed out may have run, which its caller's retry tolerates (a claim's timers
+    are claimed again after their ack deadline)."""
     return get_config().redis_socket_timeout_ms / 1000
 
 
