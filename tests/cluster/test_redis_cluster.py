@@ -9,6 +9,7 @@ import re
 import signal
 import time
 import uuid
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -244,8 +245,7 @@ def test_a_primary_hung_fails_over_and_the_beat_and_worker_go_on_without_it(clus
     cluster.kill(victim, signal.SIGSTOP)
     hung_at = time.monotonic()
     try:
-        assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
-                        timeout_s=20), cluster.topology(ask=[replica])
+        _wait_promoted(cluster, replica)
         failed_over_s = time.monotonic() - hung_at
 
         def all_ran() -> bool:
@@ -282,8 +282,7 @@ def test_after_the_announcements_node_hung_the_beat_listens_on_its_replica(clust
     assert wait_for(lambda: _subscribers(cluster, victim, channel) == 1, timeout_s=10)
     cluster.kill(victim, signal.SIGSTOP)
     try:
-        assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
-                        timeout_s=20), cluster.topology(ask=[replica])
+        _wait_promoted(cluster, replica)
         assert wait_for(lambda: _subscribers(cluster, replica, channel) == 1, timeout_s=20), \
             beat.log_tail()
         _follow_failover(timer_store())  # this process's own client, the API's
@@ -315,8 +314,7 @@ def test_after_the_cancel_channels_node_hung_a_cancel_reaches_the_running_job(
     assert wait_for(lambda: _subscribers(cluster, victim, channel) >= 1, timeout_s=10)
     cluster.kill(victim, signal.SIGSTOP)
     try:
-        assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
-                        timeout_s=20), cluster.topology(ask=[replica])
+        _wait_promoted(cluster, replica)
         assert wait_for(lambda: _subscribers(cluster, replica, channel) >= 1, timeout_s=20), \
             worker.log_tail()
         _follow_failover(timer_store())
@@ -372,24 +370,19 @@ def test_a_claim_with_a_primary_hung_claims_the_other_nodes_shards_and_names_the
     timers = [(str(uuid.uuid4()), due_ms) for _ in range(200)]
     store.add(timers)
     victim = cluster.primaries()[0]
-    replica = cluster.replica_of(victim)
     victim_shards = {shard for shard in range(store.shard_count)
                      if client.get_node_from_key(shard_keys(shard)[0]).port == victim}
     hung_shards = set(sorted(victim_shards)[:2])
     shards = sorted(set(range(store.shard_count)) - victim_shards | hung_shards)
     on_victim = {timer_id for timer_id, _ in timers if _node_of(client, timer_id) == victim}
     assert len(hung_shards) == 2 and on_victim
-    survivors = [port for port in cluster.ports if port != victim]
-    _configure(cluster, [replica], "cluster-replica-no-failover", "yes")
-    _configure(cluster, survivors, "cluster-require-full-coverage", "no")
-    cluster.kill(victim, signal.SIGSTOP)
-    try:
-        claim = store.claim_due(owner.leases, shards, now_ms=now_ms(), ack_deadline_ms=30_000,
-                                limit=1_000)
-    finally:
-        cluster.kill(victim, signal.SIGCONT)
-        _configure(cluster, [replica], "cluster-replica-no-failover", "no")
-        _configure(cluster, survivors, "cluster-require-full-coverage", "yes")
+    with _no_failover(cluster, victim):
+        cluster.kill(victim, signal.SIGSTOP)
+        try:
+            claim = store.claim_due(owner.leases, shards, now_ms=now_ms(),
+                                    ack_deadline_ms=30_000, limit=1_000)
+        finally:
+            cluster.kill(victim, signal.SIGCONT)
 
     assert set(claim.unreachable) == hung_shards
     assert all(isinstance(exc, redis.TimeoutError) for exc in claim.unreachable.values())
@@ -407,14 +400,10 @@ def test_the_keeper_renews_the_live_nodes_leases_while_a_primary_is_down(cluster
     owner.refresh(now_ms())
     assert sorted(owner.leases) == list(range(store.shard_count))
     victim = cluster.primaries()[0]
-    replica = cluster.replica_of(victim)
     on_victim = {shard for shard in range(store.shard_count)
                  if client.get_node_from_key(shard_keys(shard)[3]).port == victim}
     live = set(range(store.shard_count)) - on_victim
-    survivors = [port for port in cluster.ports if port != victim]
-    _configure(cluster, [replica], "cluster-replica-no-failover", "yes")
-    _configure(cluster, survivors, "cluster-require-full-coverage", "no")
-    try:
+    with _no_failover(cluster, victim):
         cluster.kill(victim, signal.SIGKILL)
         time.sleep(2.0)
         with pytest.raises(redis.ConnectionError):
@@ -426,9 +415,26 @@ def test_the_keeper_renews_the_live_nodes_leases_while_a_primary_is_down(cluster
         for shard in sorted(live):
             pipe.pttl(shard_keys(shard)[3])
         assert min(pipe.execute()) > 0, "a live node's lease expired"
+
+
+@contextmanager
+def _no_failover(cluster, victim: int):
+    """``victim``'s replica told not to take over, the other primaries to serve their slots
+    meanwhile: a node down or hung stays so for as long as the test looks."""
+    replica = cluster.replica_of(victim)
+    survivors = [port for port in cluster.ports if port != victim]
+    _configure(cluster, [replica], "cluster-replica-no-failover", "yes")
+    _configure(cluster, survivors, "cluster-require-full-coverage", "no")
+    try:
+        yield
     finally:
         _configure(cluster, [replica], "cluster-replica-no-failover", "no")
         _configure(cluster, survivors, "cluster-require-full-coverage", "yes")
+
+
+def _wait_promoted(cluster, replica: int) -> None:
+    assert wait_for(lambda: cluster.topology(ask=[replica])[replica]["role"] == "primary",
+                    timeout_s=20), cluster.topology(ask=[replica])
 
 
 def _configure(cluster, ports, name: str, value: str) -> None:
