@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from chronocore.broker_urls import split_broker_urls
+from chronocore.broker_urls import redacted, split_broker_urls
 from chronocore.credentials import (
     DEFAULT_DATA_DIR,
     CredentialsError,
@@ -321,6 +321,12 @@ class ChronoConfig:
             raise ConfigError(
                 f"CHRONO_EXECUTION_LOG_LEVEL={self.execution_log_level!r} must be one of "
                 f"{', '.join(LOG_LEVELS)}")
+        _, redis_nodes = redis_hosts(self.redis_url)
+        if len(redis_nodes) > 1 and not self.redis_cluster:
+            raise ConfigError(
+                f"REDIS_URL names {len(redis_nodes)} hosts but CHRONO_REDIS_CLUSTER is off: a "
+                "single Redis server has one address; list several only for the nodes of a "
+                "Redis Cluster (CHRONO_REDIS_CLUSTER=true)")
         if self.redis_cluster and redis_database(self.redis_url) != 0:
             raise ConfigError(
                 f"REDIS_URL names database {redis_database(self.redis_url)} but "
@@ -358,6 +364,26 @@ _CROSS_FIELD_RULES: tuple[tuple[str, str, Callable[[int, int], bool], str, str],
      "a snapshot one computation late would be refused, and the dashboard computed by every "
      "web process"),
 )
+
+
+REDIS_DEFAULT_PORT = 6379
+
+
+def redis_hosts(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A ``redis://[user:password@]host[:port][,host[:port]…]/N`` URL's userinfo (``""`` when
+    none) and its hosts, each with its port (6379 when none): libpq's multi-host form, as
+    ``DATABASE_URL`` takes it. Several hosts are a Redis Cluster's nodes, tried in turn by a
+    client that starts (:func:`chronocore.redis_client.cluster_startup`). Raises
+    :class:`ConfigError`, naming ``REDIS_URL``, on a port that is not a number or a host
+    missing from the list."""
+    try:
+        userinfo, hosts = split_hosts(urlsplit(url).netloc)
+    except ValueError as error:
+        raise ConfigError(f"REDIS_URL: {error}") from None
+    if any(not host for host, _ in hosts):
+        raise ConfigError(f"REDIS_URL {redacted(url)!r} has an empty host: write "
+                          "redis://[:password@]host[:port][,host[:port]…]/0")
+    return userinfo, [(host, port or REDIS_DEFAULT_PORT) for host, port in hosts]
 
 
 def redis_database(url: str) -> int:

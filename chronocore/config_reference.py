@@ -76,8 +76,10 @@ DESCRIPTIONS: dict[str, str] = {
     "settings (`chrono services up`'s PostgreSQL runs `synchronous_commit = off`).",
     "redis_url": "Redis: the timer store, shard leases, rate limits and quotas. Loopback "
     "without a password: completed from the credentials file.",
-    "redis_cluster": "On: `REDIS_URL` names one node of a Redis Cluster (any node: the client "
-    "discovers the others and follows failovers) and every Redis client of Chrono is redis-py's "
+    "redis_cluster": "On: `REDIS_URL` names a node of a Redis Cluster (any node: the client "
+    "discovers the others and follows failovers), or several (`@node1:6379,node2:6379`, tried "
+    "in turn when a process starts, so that one node down or hung does not keep it off the "
+    "cluster), and every Redis client of Chrono is redis-py's "
     "`RedisCluster`; the announcements use sharded pub/sub (`SPUBLISH`). A cluster has "
     "database 0 only, so `REDIS_URL` must end in `/0` or name none (docs/production.md, "
     "\"Clusters\").",

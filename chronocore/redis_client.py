@@ -3,9 +3,10 @@
 The timer store (:func:`scheduler.timers.timer_store`) is built on it, and so are the API's rate
 limit and pending-job quota: one pool, one server.
 
-With ``CHRONO_REDIS_CLUSTER`` on, ``redis_url`` names one node of a Redis Cluster and the client
-is redis-py's :class:`redis.RedisCluster` (a pool per node, commands routed by key slot, the
-slot map refreshed after a failover). The two differ where Chrono's code meets them, and this
+With ``CHRONO_REDIS_CLUSTER`` on, ``redis_url`` names one or several nodes of a Redis Cluster
+(``redis://:pw@n1:6379,n2:6379/0``, tried in turn for the slot map) and the client is redis-py's
+:class:`redis.RedisCluster` (a pool per node, commands routed by key slot, the slot map
+refreshed after a failover). The two differ where Chrono's code meets them, and this
 module holds what bridges it: :func:`connect` for every client Chrono builds (a pub/sub
 listener's, a probe's with short time-outs), :func:`register_script` for Lua scripts that run in
 pipelines, and :func:`database_of` for the database a client's announcements are scoped to.
@@ -16,14 +17,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import cache
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.cluster import ClusterNode
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
 # get_config() here: the process's one Redis pool, made on first use by whatever needs it first:
 # the process edge, nothing owns it to hand it a configuration.
-from chronocore.config import get_config
+from chronocore.config import get_config, redis_hosts
 from chronocore.errors import RedisUnavailable
 
 log = logging.getLogger("chrono.redis")
@@ -49,16 +52,33 @@ def connect(url: str, *, cluster: bool, **options: object) -> RedisClient:
     :class:`redis.Redis`; ``options`` are either's keyword arguments, over the defaults
     (``socket_timeout`` and ``socket_connect_timeout`` :func:`socket_timeout_s`).
 
-    A cluster client reads the slot map when it is made, so it fails here, with
-    :class:`RedisUnavailable`, when no node answers; a single server's connects on first use."""
+    A cluster client reads the slot map when it is made, from the first of the URL's nodes that
+    answers within the time-out, so it fails here, with :class:`RedisUnavailable`, when none
+    does; a single server's connects on first use."""
     timeout_s = socket_timeout_s()
     options = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, **options}
     if cluster:
+        first_url, nodes = cluster_startup(url)
         try:
-            return redis.RedisCluster.from_url(url, **options)
+            return redis.RedisCluster.from_url(first_url, startup_nodes=nodes, **options)
         except RedisClusterException as exc:
             raise RedisUnavailable(f"Redis Cluster of REDIS_URL: {exc}") from exc
     return redis.Redis.from_url(url, **options)
+
+
+def cluster_startup(url: str) -> tuple[str, list[ClusterNode]]:
+    """A cluster ``url`` of one or several nodes as redis-py takes it: the URL of its first
+    node alone (redis-py reads the password and options from it, and fails on a list) and
+    every node, in the URL's order (:func:`chronocore.config.redis_hosts`). A client whose
+    first node hangs, at its start, asks the next one for the slot map: with one node named,
+    a process started while that node hung could not reach the cluster at all."""
+    parts = urlsplit(url)
+    userinfo, hosts = redis_hosts(url)
+    first_host, first_port = hosts[0]
+    first = f"[{first_host}]" if ":" in first_host else first_host
+    netloc = f"{userinfo}@{first}:{first_port}" if userinfo else f"{first}:{first_port}"
+    return (urlunsplit(parts._replace(netloc=netloc)),
+            [ClusterNode(host, port) for host, port in hosts])
 
 
 @cache

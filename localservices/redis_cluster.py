@@ -91,6 +91,12 @@ class LocalRedisCluster:
         one node; the client finds the others."""
         return f"redis://:{quote(self.password, safe='')}@{HOST}:{self.ports[0]}/0"
 
+    def url_of_nodes(self, ports: Sequence[int] | None = None) -> str:
+        """``REDIS_URL`` naming several nodes (default: every node), each tried in turn by a
+        client that starts (``chronocore.redis_client.cluster_startup``)."""
+        nodes = ",".join(f"{HOST}:{port}" for port in ports or self.ports)
+        return f"redis://:{quote(self.password, safe='')}@{nodes}/0"
+
     @property
     def startup_nodes(self) -> tuple[str, ...]:
         return tuple(f"{HOST}:{port}" for port in self.ports)

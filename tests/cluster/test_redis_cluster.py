@@ -331,6 +331,32 @@ def test_after_the_cancel_channels_node_hung_a_cancel_reaches_the_running_job(
     assert (execution.finished_at - execution.started_at).total_seconds() < 15
 
 
+def test_a_beat_and_a_worker_started_while_their_urls_first_node_hangs_reach_the_others(
+        cluster_platform, tenant):
+    # A client reads the slot map when it is made, from the URL's first node that answers: with
+    # one node named, a process started while that node hung could not reach the cluster.
+    platform, cluster = cluster_platform, cluster_platform.cluster
+    victim = cluster.ports[0]
+    replica = (cluster.replica_of(victim)
+               if cluster.topology()[victim]["role"] == "primary" else None)
+    platform.group.env = {**platform.group.env, "REDIS_URL": cluster.url_of_nodes(
+        [victim, *(port for port in cluster.ports if port != victim)])}
+    cluster.kill(victim, signal.SIGSTOP)
+    try:
+        if replica is not None:
+            _wait_promoted(cluster, replica)
+            _follow_failover(timer_store())
+        beat = platform.start_beat()
+        worker = platform.start_worker(pool="threads")
+        job = api.schedule_once("e2e.record_run", tenant=tenant, delay=0.5,
+                                queue=platform.queue)
+        assert wait_for(lambda: job.executions.filter(status="SUCCEEDED").exists(),
+                        timeout_s=30), (beat.log_tail(), worker.log_tail())
+    finally:
+        cluster.kill(victim, signal.SIGCONT)
+    assert _runs(platform) == {str(job.executions.get().execution_id): 1}
+
+
 def _follow_failover(store) -> None:
     """Until a command on every shard is served: a client that has not met the failover yet
     learns the new primary from its first errors (each a socket time-out on the hung node)."""

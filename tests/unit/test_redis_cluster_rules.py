@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.cluster import ClusterNode
 
 from chronocore import redis_client
 from chronocore.config import ConfigError, load_config, redis_database
-from chronocore.redis_client import ClusterScript, connect, database_of, register_script
+from chronocore.redis_client import (
+    ClusterScript,
+    cluster_startup,
+    connect,
+    database_of,
+    register_script,
+)
 from localservices.errors import ServiceConfigError
 from localservices.redis_cluster import LocalRedisCluster, parse_cluster_nodes
 from scheduler.announcements import ANNOUNCE, CANCEL, channel_name
@@ -60,6 +67,29 @@ def test_a_cluster_is_off_by_default_and_takes_database_zero_only():
 
 
 # -- announcement channels -------------------------------------------------------------------
+
+
+def test_a_cluster_url_may_list_its_nodes_each_tried_at_a_clients_start():
+    nodes = "redis://:p%40w@n1:7101,n2,[::1]:7103/0"
+    assert load_config({"REDIS_URL": nodes, "CHRONO_REDIS_CLUSTER": "true"}).redis_cluster
+    first, startup = cluster_startup(nodes)
+    assert first == "redis://:p%40w@n1:7101/0"  # redis-py reads the password from it
+    assert [(node.host, node.port) for node in startup] == [
+        ("n1", 7101), ("n2", 6379), ("::1", 7103)]
+    assert cluster_startup(f"{URL}/0") == (f"{URL}/0", [ClusterNode("127.0.0.1", 7101)])
+
+
+@pytest.mark.parametrize("url, cluster, message", [
+    ("redis://:pw@n1:7101,n2:7102/0", "false",
+     "REDIS_URL names 2 hosts but CHRONO_REDIS_CLUSTER is off"),
+    ("redis://:pw@n1:71x1,n2:7102/0", "true", "REDIS_URL: the port of 'n1:71x1' is not a number"),
+    ("redis://:secret@n1:7101,,n2:7102/0", "true",
+     r"REDIS_URL 'redis://:\*\*\*@n1:7101,,n2:7102/0' has an empty host"),
+])
+def test_a_node_list_that_cannot_be_used_is_refused_naming_what_to_change(url, cluster,
+                                                                         message):
+    with pytest.raises(ConfigError, match=message):
+        load_config({"REDIS_URL": url, "CHRONO_REDIS_CLUSTER": cluster})
 
 
 def test_a_single_servers_channels_carry_its_database():
