@@ -335,7 +335,7 @@ def cluster_up(data_dir: Path, *, ports: tuple[int, ...] | None = None) -> str:
         refuse_other_ports("redis", directory, cluster.ports, ports)
     cluster.start()
     print("CHRONO_REDIS_CLUSTER=true")
-    return cluster.url
+    return cluster.url_of_nodes()  # every node, as docs/production.md advises
 
 
 def cluster_down(data_dir: Path) -> None:
