@@ -26,9 +26,11 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass, field
-
-import redis
+from functools import partial
+from typing import TypeVar
 
 from chronocore.redis_client import by_node
 from scheduler.sharding import shard_tag, shards_owned_by
@@ -40,6 +42,7 @@ REPLICAS_KEY = "chrono:replicas"
 ACQUIRE_RETRY_MS = 100
 
 log = logging.getLogger("chrono.beat")
+T = TypeVar("T")
 
 
 @dataclass
@@ -75,8 +78,8 @@ class ShardOwnership:
         self.lost: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._member = True  # False once the membership was withdrawn (a clean stop)
-        # The nodes whose renewals failed at the keeper's last renewal (by_node's names).
-        self._failed_last: set[str] = set()
+        # A Redis Cluster node's renewal still running, by by_node's name (see renew).
+        self._renewing: dict[str, futures.Future[list[int]]] = {}
 
     @property
     def claimable(self) -> dict[int, str]:
@@ -137,33 +140,47 @@ class ShardOwnership:
         included: they are published under it until handed over). Returns the shards found
         lost, which are also queued for the loop's next :meth:`refresh`.
 
-        On a Redis Cluster the renewals go one pipeline per node, the node that failed last
-        time last: a node down fails its own shards' renewals (raised once the others are
-        done) rather than everyone's, so the leases on the live nodes do not lapse with it
-        while the cluster fails it over. A hung node still holds the keeper for its
-        time-outs (redis-py tries it four times), which can outlast the others' leases."""
+        On a Redis Cluster each node's renewals go in a thread of their own, waited for up to a
+        fifth of the lease's TTL: a node down or hung fails or holds its own shards' renewals
+        rather than everyone's, so the leases on the live nodes do not lapse with it while the
+        cluster fails it over. A node whose renewal is still running (redis-py tries a hung
+        node four times, a socket time-out each) is skipped until it ends; its result, or its
+        error, is reported by the call that finds it ended."""
         leases = self.leases
         held = sorted(leases)
         keys = [REPLICAS_KEY, *(_lease_keys(shard)[0] for shard in held)]
-        groups = sorted(by_node(self.store.client, keys).items(),
-                        key=lambda item: item[0] in self._failed_last)
-        found_lost: list[int] = []
-        failure: redis.RedisError | None = None
-        failed: set[str] = set()
-        for node, group in groups:
-            try:
-                found_lost += self._renew_group(leases, [held[i - 1] for i in group if i],
-                                                heartbeat=0 in group, now_ms=now_ms)
-            except redis.RedisError as exc:
-                failure = failure or exc
-                failed.add(node)
-        self._failed_last = failed
+        work = {node: ([held[i - 1] for i in group if i], 0 in group)
+                for node, group in by_node(self.store.client, keys).items()}
+        if len(work) == 1:  # one server (or one node): nothing to keep apart
+            [(shards, heartbeat)] = work.values()
+            return self._renew_and_note(leases, shards, heartbeat=heartbeat, now_ms=now_ms)
+        started = {node: _in_thread(partial(self._renew_and_note, leases, shards,
+                                            heartbeat=heartbeat, now_ms=now_ms))
+                   for node, (shards, heartbeat) in work.items() if node not in self._renewing}
+        self._renewing.update(started)
+        futures.wait(started.values(), timeout=self.lease_ttl_ms / 5000)
+        lost: list[int] = []
+        failure: BaseException | None = None
+        for node, future in list(self._renewing.items()):
+            if future.done():
+                del self._renewing[node]
+                if future.exception() is None:
+                    lost += future.result()
+                else:
+                    failure = failure or future.exception()
+        if failure is not None:
+            raise failure
+        return lost
+
+    def _renew_and_note(self, leases: dict[int, str], shards: list[int], *, heartbeat: bool,
+                        now_ms: int) -> list[int]:
+        """:meth:`_renew_group`, then the leases found lost dropped (those still holding
+        ``leases``' value), logged and queued for the loop; returns them."""
+        found_lost = self._renew_group(leases, shards, heartbeat=heartbeat, now_ms=now_ms)
         lost = self._remove(found_lost, only_if=leases)
         for shard in lost:
             log.warning("replica %s lost its lease on shard %d", self.replica_id, shard)
             self.lost.put(shard)
-        if failure is not None:
-            raise failure
         return lost
 
     def _renew_group(self, leases: dict[int, str], shards: list[int], *, heartbeat: bool,
@@ -257,6 +274,22 @@ class ShardOwnership:
         over at once."""
         self.release(sorted(self.leases))
         self.store.client.zrem(REPLICAS_KEY, self.replica_id)
+
+
+def _in_thread(call: Callable[[], T]) -> futures.Future[T]:
+    """``call`` run in a daemon thread of its own, its outcome in the future returned: a
+    renewal blocked on a hung node must not hold the process's exit, as a pool's worker
+    would (``concurrent.futures`` joins them at exit)."""
+    future: futures.Future[T] = futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="chrono-lease-renewal", daemon=True).start()
+    return future
 
 
 def drain(items: queue.SimpleQueue) -> list:
