@@ -42,6 +42,7 @@ from django.db import (
 from chronocore.config import ChronoConfig
 from chronocore.database import connection_lost
 from chronocore.probe import Progress
+from chronocore.redis_client import is_cluster
 from scheduler import calendar_store, metrics, occurrences
 from scheduler.announcements import Subscription
 from scheduler.attempts import load_waiting, mark_dispatched, policy_header
@@ -156,14 +157,16 @@ class Beat:
         # Marked after every iteration of the loop that went through: the probe's /health.
         self.progress = Progress("loop", stale_after_ms=metrics.beat_stale_after_ms(config))
         self._wakeup = threading.Event()
-        self.recorder = Recorder(store, self.counters, wake=self._wakeup.set)
+        self.recorder = Recorder(self._store_of_its_own(), self.counters,
+                                 wake=self._wakeup.set)
         # The publisher is the firer's; retries sent from timers take it under this lock.
         self._publish_lock = threading.Lock()
         self.firer = Firer(publisher=publisher, publish_lock=self._publish_lock,
                            ownership=self.ownership, counters=self.counters,
                            recorder=self.recorder, replica_id=replica_id, clock=clock,
                            check_ahead_ms=config.prepare_ahead_ms)
-        self.reconciler = Reconciler(store, interval_ms=config.reconcile_shard_interval_ms)
+        self.reconciler = Reconciler(self._store_of_its_own(),
+                                     interval_ms=config.reconcile_shard_interval_ms)
         self._scanned_until: dict[int, int] = {}
         self._announced: queue.SimpleQueue[tuple[int, str, int]] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -182,6 +185,18 @@ class Beat:
         self._left = threading.Event()
         self.keeper = threading.Thread(target=self._keep_leases, name="chrono-lease-keeper",
                                        daemon=True)
+
+    def _store_of_its_own(self) -> TimerStore:
+        """The store for one of the beat's threads: on a Redis Cluster on a client of its own
+        (as the keeper's renewals and the announcement listener are). A thread that meets a
+        node down makes redis-py read the slot map again, which disconnects the connections
+        every other thread of that client is using: their commands failed with an
+        ``AttributeError`` (tests/cluster, the keeper's renewals with a primary killed), which
+        no thread of the beat takes for an outage. On one server the pool is shared."""
+        if not is_cluster(self.store.client):
+            return self.store
+        return TimerStore.from_url(self.config.redis_url, shard_count=self.store.shard_count,
+                                   cluster=True)
 
     # -- lifecycle --------------------------------------------------------------------------
 

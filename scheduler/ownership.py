@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
-from chronocore.redis_client import by_node
+import redis
+
+from chronocore.redis_client import RedisClient, by_node
 from scheduler.sharding import shard_tag, shards_owned_by
 from scheduler.timers import TimerStore
 
@@ -80,6 +82,7 @@ class ShardOwnership:
         self._member = True  # False once the membership was withdrawn (a clean stop)
         # A Redis Cluster node's renewal still running, by by_node's name (see renew).
         self._renewing: dict[str, futures.Future[list[int]]] = {}
+        self._node_clients: dict[str, RedisClient] = {}  # see _node_client
 
     @property
     def claimable(self) -> dict[int, str]:
@@ -155,7 +158,8 @@ class ShardOwnership:
             [(shards, heartbeat)] = work.values()
             return self._renew_and_note(leases, shards, heartbeat=heartbeat, now_ms=now_ms)
         started = {node: _in_thread(partial(self._renew_and_note, leases, shards,
-                                            heartbeat=heartbeat, now_ms=now_ms))
+                                            heartbeat=heartbeat, now_ms=now_ms,
+                                            client=self._node_client(node)))
                    for node, (shards, heartbeat) in work.items() if node not in self._renewing}
         self._renewing.update(started)
         futures.wait(started.values(), timeout=self.lease_ttl_ms / 5000)
@@ -172,11 +176,30 @@ class ShardOwnership:
             raise failure
         return lost
 
+    def _node_client(self, node: str) -> RedisClient:
+        """A client of its own for one Redis Cluster node's renewals (a plain one, to that node
+        alone, with the cluster client's options). Threads sharing the cluster client broke
+        each other's commands: a thread that meets a node down reads the slot map again, and
+        redis-py then disconnects the connections every other thread is using (an
+        ``AttributeError`` in their ``sendall``). A renewal sent here after the slot moved is
+        refused (MOVED) and counted a failure of that node; the next renewal goes to the node
+        the cluster client's map then names."""
+        client = self._node_clients.get(node)
+        if client is None:
+            pool = self.store.client.get_node(node_name=node).redis_connection.connection_pool
+            options = {k: v for k, v in pool.connection_kwargs.items()
+                       if k != "redis_connect_func"}  # the cluster client's own hook
+            client = self._node_clients[node] = redis.Redis(connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class, **options))
+        return client
+
     def _renew_and_note(self, leases: dict[int, str], shards: list[int], *, heartbeat: bool,
-                        now_ms: int) -> list[int]:
-        """:meth:`_renew_group`, then the leases found lost dropped (those still holding
-        ``leases``' value), logged and queued for the loop; returns them."""
-        found_lost = self._renew_group(leases, shards, heartbeat=heartbeat, now_ms=now_ms)
+                        now_ms: int, client: RedisClient | None = None) -> list[int]:
+        """:meth:`_renew_group` (on ``client``, by default the store's), then the leases found
+        lost dropped (those still holding ``leases``' value), logged and queued for the loop;
+        returns them."""
+        found_lost = self._renew_group(leases, shards, heartbeat=heartbeat, now_ms=now_ms,
+                                       client=client)
         lost = self._remove(found_lost, only_if=leases)
         for shard in lost:
             log.warning("replica %s lost its lease on shard %d", self.replica_id, shard)
@@ -184,10 +207,10 @@ class ShardOwnership:
         return lost
 
     def _renew_group(self, leases: dict[int, str], shards: list[int], *, heartbeat: bool,
-                     now_ms: int) -> list[int]:
+                     now_ms: int, client: RedisClient | None = None) -> list[int]:
         """Renew ``shards`` under ``leases`` (and heartbeat the membership) in one round trip;
         returns those whose lease was found lost."""
-        pipe = self.store.client.pipeline(transaction=False)
+        pipe = (client or self.store.client).pipeline(transaction=False)
         heartbeat = heartbeat and self._member
         if heartbeat:
             pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms + self.lease_ttl_ms})
