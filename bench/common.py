@@ -114,11 +114,13 @@ RABBITMQ_PROCESSES = ("beam.smp", "erl_child_setup")
 
 
 def cpu_by_role(
-    *, beat_pids: Sequence[int] = (), worker_pid: int | None = None
+    *, beat_pids: Sequence[int] = (), worker_pid: int | None = None,
+    engine_pid: int | None = None,
 ) -> dict[str, float]:
     """CPU seconds used so far by PostgreSQL, RabbitMQ, Redis, the search engine, beat processes,
-    the worker's process tree and this benchmark process, and by the whole machine (``machine``,
-    every core's busy time), from /proc: what each part of the platform costs a benchmark."""
+    the worker's process tree, a ``chrono workflow-engine`` process and this benchmark process,
+    and by the whole machine (``machine``, every core's busy time), from /proc: what each part
+    of the platform costs a benchmark."""
     workers = _descendants(worker_pid) if worker_pid else set()
     beats = set(beat_pids)
     totals: dict[str, float] = {}
@@ -131,6 +133,7 @@ def cpu_by_role(
             continue
         pid = int(stat.parent.name)
         role = ("worker" if pid in workers else "beat" if pid in beats
+                else "engine" if pid == engine_pid
                 else "bench" if pid == os.getpid()
                 else "postgresql" if name.startswith("postgres")
                 else "rabbitmq" if name in RABBITMQ_PROCESSES

@@ -31,6 +31,11 @@ of at once (``--fanout 0`` starts no fan-out run). Reports:
   another, from ``--start-threads`` threads, or with ``--start-batch`` in one
   ``engine.start_runs`` transaction: runs started "at once" that finish before the last one
   starts are not in flight together);
+* ``cpu_ms_per_step``: CPU milliseconds a finished step of each part of the platform (the beat,
+  the worker with the engine when it runs there, ``engine`` with ``--engine-process``,
+  PostgreSQL, RabbitMQ, Redis, the bench's own starts and polls, and ``machine``: every core's
+  busy time), from the runs' start to their end: what a step costs, and what bounds
+  ``rate_per_s`` on a machine whose cores are all busy;
 * ``runs``, ``steps``, ``lost`` (steps of runs that did not end in time), ``duplicates``
   (step jobs that fired more than once).
 """
@@ -49,7 +54,7 @@ from django.db import connection
 from django.db.models import Count
 
 from bench.ceilings import reports_ceilings
-from bench.common import summarize_ms
+from bench.common import cpu_by_role, summarize_ms
 from bench.platform import bench_platform
 from localservices.processes import wait_until
 from workflows import engine
@@ -207,13 +212,16 @@ def run(argv: list[str]) -> dict[str, object]:
     with bench_platform("workflow") as platform:
         WorkflowRun.objects.filter(tenant=platform.tenant).delete()
         WorkflowDefinitionVersion.objects.filter(tenant=platform.tenant).delete()
-        platform.start_beat("bench-beat-0")
+        beat = platform.start_beat("bench-beat-0")
+        engine_process = None
         if args.engine_process:
             os.environ["CHRONO_WORKFLOW_ENGINE_IN_WORKER"] = "false"  # the worker inherits it
             engine_process = platform.group.start("workflow-engine", ["workflow-engine"])
             wait_until(lambda: "workflow engine started" in engine_process.log_tail(),
                        timeout_s=30, interval_s=0.2)
-        platform.start_worker(args.concurrency, args.pool)
+        worker = platform.start_worker(args.concurrency, args.pool)
+        pids = {"beat_pids": [beat.pid], "worker_pid": worker.pid,
+                "engine_pid": engine_process and engine_process.pid}
         for spec in specs:
             engine.define(platform.tenant, spec)
         draw = random.Random(args.seed)
@@ -241,6 +249,7 @@ def run(argv: list[str]) -> dict[str, object]:
             finally:
                 connection.close()
 
+        before = cpu_by_role(**pids)
         started = time.monotonic()
         if args.start_batch:
             started_at = list(engine.start_runs(
@@ -266,6 +275,7 @@ def run(argv: list[str]) -> dict[str, object]:
         done = wait_until(lambda: finished.count() == len(runs), timeout_s=args.timeout,
                           interval_s=0.5)
         elapsed = time.monotonic() - started
+        after = cpu_by_role(**pids)
         with connection.cursor() as cursor:
             cursor.execute(_EDGES_SQL, [run_ids, json.dumps(_parents_by_step(specs))])
             edges = cursor.fetchall()
@@ -327,6 +337,11 @@ def run(argv: list[str]) -> dict[str, object]:
         "fanout_dispatch_ms": _ms_of(fanout_span),
         "fanout_stages_ms": {"jobs_written": _ms_of(fanout_written),
                              "first_published": _ms_of(fanout_first)},
+        # CPU of each part of the platform a finished step, from the first start to the last
+        # run's end (the bench's own: starting the runs and polling for their end).
+        "cpu_ms_per_step": {role: round((after[role] - before.get(role, 0)) * 1000
+                                        / (steps - unfinished), 3)
+                            for role in sorted(after)} if steps - unfinished else None,
         "lost": expected - (steps - unfinished),
         "duplicates": duplicates,
         "completed_in_time": done,

@@ -1,12 +1,16 @@
 """``chrono bench workflow``'s labels of its handoff figure: which handoff it measured, the runs
-in flight and Little's-law bound on a step's cycle, and its refusal of negative sizes."""
+in flight and Little's-law bound on a step's cycle, and its refusal of negative sizes; the CPU
+role of an engine process of its own."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bench.common import cpu_by_role
 from bench.workflow import cycle_bound_ms, handoff_label, in_flight, parse_args
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -58,3 +62,17 @@ def test_runs_are_started_by_at_least_one_thread(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--start-threads", "0"])
     assert "--start-threads: must be 1 or more" in capsys.readouterr().err
+
+
+def test_a_process_named_as_the_engine_is_counted_as_the_engine_and_nothing_else():
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3"
+                               "\nwhile time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        deadline = datetime.now(UTC) + timedelta(seconds=10)
+        while cpu_by_role(engine_pid=burner.pid).get("engine", 0) < 0.25:
+            assert datetime.now(UTC) < deadline, "the engine's CPU was never counted"
+        assert "engine" not in cpu_by_role()  # not named: no role of Chrono's
+        assert cpu_by_role(worker_pid=burner.pid)["worker"] >= 0.25
+    finally:
+        burner.kill()
+        burner.wait()
