@@ -146,9 +146,10 @@ class ShardOwnership:
         On a Redis Cluster each node's renewals go in a thread of their own, waited for up to a
         fifth of the lease's TTL: a node down or hung fails or holds its own shards' renewals
         rather than everyone's, so the leases on the live nodes do not lapse with it while the
-        cluster fails it over. A node whose renewal is still running (redis-py tries a hung
-        node four times, a socket time-out each) is skipped until it ends; its result, or its
-        error, is reported by the call that finds it ended."""
+        cluster fails it over. A node whose renewal is still running (on a hung node, its
+        socket time-outs and their retries) is skipped until it ends; its result, or its
+        error, is reported by the call that finds it ended. Each node's renewals go on a
+        client of their own (:meth:`_node_client`)."""
         leases = self.leases
         held = sorted(leases)
         keys = [REPLICAS_KEY, *(_lease_keys(shard)[0] for shard in held)]
