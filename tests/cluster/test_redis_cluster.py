@@ -420,9 +420,10 @@ def test_a_claim_with_a_primary_hung_claims_the_other_nodes_shards_and_names_the
 def test_the_keeper_renews_the_live_nodes_leases_while_a_primary_is_down(cluster_platform, sig):
     # The keeper's renewals go a thread per node: one pipeline over every node raised for all
     # of them while one was down (the failover test's beat lost and took back 160 of its 256
-    # shards), and one node after another waited on a hung node's time-outs (four tries of the
-    # 2 s socket time-out) while the others' leases lapsed. Nothing fails over here (as
-    # above): the node stays down or hung for as long as the test looks.
+    # shards), and one node after another waited on a hung node (its pipeline timed out, and
+    # redis-py sent its commands again one by one, a time-out each: 40 s, until the node was
+    # continued) while the others' leases lapsed. Nothing fails over here (as above): the
+    # node stays down or hung for as long as the test looks.
     cluster, client = cluster_platform.cluster, cluster_platform.redis
     store = timer_store()
     owner = ShardOwnership(store, replica_id="keeper", lease_ttl_ms=3_000)
