@@ -27,7 +27,7 @@ def test_a_run_graph_shows_each_step_and_follows_the_run_live(platform, web, ope
         platform.start_beat()
         platform.start_worker(pool="threads", concurrency=4, include=("tests.e2e.workflow_tasks",))
     engine.define(tenant, {"name": "nightly", "steps": [
-        {"key": "extract", "task": "wf.sleep", "kwargs": {"label": "extract", "seconds": 3}},
+        {"key": "extract", "task": "wf.sleep", "kwargs": {"label": "extract", "seconds": 5}},
         {"key": "transform", "task": "wf.echo", "parents": ["extract"],
          "kwargs": {"label": "transform"}},
         {"key": "report", "task": "wf.echo", "parents": ["extract"],
@@ -35,8 +35,10 @@ def test_a_run_graph_shows_each_step_and_follows_the_run_live(platform, web, ope
         {"key": "load", "task": "wf.echo", "parents": ["transform", "report"],
          "kwargs": {"label": "load"}},
     ]})
-    run = engine.start_run("nightly", tenant=tenant, queue=platform.queue)
+    # Logged in before the run starts: a log-in that took longer than `extract` ran (a busy
+    # CI machine) left nothing RUNNING for the page to show, and the wait below timed out.
     log_in(browser, web)
+    run = engine.start_run("nightly", tenant=tenant, queue=platform.queue)
     browser.get(f"{web}/admin/workflows/workflowrun/{run.run_id}/change/")
     wait = WebDriverWait(browser, 60, poll_frequency=0.3)
     wait.until(lambda d: _statuses(d).get("extract") == "RUNNING")
