@@ -162,7 +162,8 @@ def split_hosts(netloc: str) -> tuple[str, list[tuple[str, int | None]]]:
     return userinfo, hosts
 
 
-def _host_text(host: str, port: int | None) -> str:
+def host_text(host: str, port: int | None) -> str:
+    """``host[:port]`` as a URL writes it (an IPv6 host in brackets)."""
     text = f"[{host}]" if ":" in host else host
     return f"{text}:{port}" if port else text
 
@@ -185,7 +186,7 @@ def with_secret(url: str, secret: Secret | None) -> str:
     if parts.username and unquote(parts.username) not in (secret.user, "default"):
         return url
     userinfo = f"{quote(secret.user, safe='')}:{quote(secret.password, safe='')}"
-    hostlist = ",".join(_host_text(host, port) for host, port in hosts)
+    hostlist = ",".join(host_text(host, port) for host, port in hosts)
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{hostlist}"))
 
 

@@ -27,6 +27,7 @@ from redis.exceptions import RedisClusterException
 # get_config() here: the process's one Redis pool, made on first use by whatever needs it first:
 # the process edge, nothing owns it to hand it a configuration.
 from chronocore.config import get_config, redis_hosts
+from chronocore.credentials import host_text
 from chronocore.errors import RedisUnavailable
 
 log = logging.getLogger("chrono.redis")
@@ -74,9 +75,8 @@ def cluster_startup(url: str) -> tuple[str, list[ClusterNode]]:
     a process started while that node hung could not reach the cluster at all."""
     parts = urlsplit(url)
     userinfo, hosts = redis_hosts(url)
-    first_host, first_port = hosts[0]
-    first = f"[{first_host}]" if ":" in first_host else first_host
-    netloc = f"{userinfo}@{first}:{first_port}" if userinfo else f"{first}:{first_port}"
+    first = host_text(*hosts[0])
+    netloc = f"{userinfo}@{first}" if userinfo else first
     return (urlunsplit(parts._replace(netloc=netloc)),
             [ClusterNode(host, port) for host, port in hosts])
 

@@ -89,7 +89,7 @@ class LocalRedisCluster:
     def url(self) -> str:
         """What Chrono's processes take as ``REDIS_URL`` (with ``CHRONO_REDIS_CLUSTER=true``):
         one node; the client finds the others."""
-        return f"redis://:{quote(self.password, safe='')}@{HOST}:{self.ports[0]}/0"
+        return self.url_of_nodes(self.ports[:1])
 
     def url_of_nodes(self, ports: Sequence[int] | None = None) -> str:
         """``REDIS_URL`` naming several nodes (default: every node), each tried in turn by a
