@@ -112,7 +112,7 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         from scheduler import log_capture
         from scheduler.worker import connect_recording, warm_threads
 
-        connect_recording()
+        connect_recording(batches=isinstance(pool, ThreadTaskPool))
         # The grants are renewed ahead of their expiry, not reloaded by the deliveries of a
         # burst; the pool's threads exist before the first job (chronocore.grants).
         grants.start_refresher()

@@ -24,6 +24,10 @@ is small beside its rows.
 Errors come out as Django's (``django.db.DatabaseError`` and its subclasses), as from
 ``connection.cursor()``.
 
+An :class:`OwnConnection` made with ``generic_plans`` has its prepared statements planned
+once, generically (:data:`GENERIC_PLANS`): a worker runs its batches of 2 to
+:data:`GENERIC_PLAN_MAX_ROWS` rows there, which PostgreSQL would otherwise plan on every call.
+
 A statement that many threads take turns to run (a worker's group commit: whichever thread leads
 a batch runs it) runs on an :class:`OwnConnection` rather than the leading thread's: a worker
 then holds one connection per kind of statement, prepared once, instead of one per thread that
@@ -87,14 +91,18 @@ class OwnConnection:
     connects when first used, is recycled like Django's (``CONN_MAX_AGE``, or after an error
     that left it unusable), and a forked child starts without its parent's."""
 
-    def __init__(self, alias: str = DEFAULT_DB_ALIAS) -> None:
+    def __init__(self, alias: str = DEFAULT_DB_ALIAS, *, generic_plans: bool = False) -> None:
         self.alias = alias
+        # Its prepared statements run on generic plans (:data:`GENERIC_PLANS`).
+        self.generic_plans = generic_plans
         self._wrapper: BaseDatabaseWrapper | None = None
+        self._set_up: object = None  # the psycopg connection its session settings were made on
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
         # The parent's socket is not the child's to close: drop it unclosed.
         self._wrapper = None
+        self._set_up = None
 
     def wrapper(self) -> BaseDatabaseWrapper:
         if self._wrapper is None:
@@ -107,6 +115,18 @@ class OwnConnection:
     def connect(self) -> None:
         """Open it now (a worker does before its first job) rather than on first use."""
         self.wrapper().ensure_connection()
+        self._set_up_session()
+
+    def _set_up_session(self) -> None:
+        """Make this connection's session settings, once per server connection (again after
+        it was recycled)."""
+        raw = self._wrapper.connection if self._wrapper is not None else None
+        if raw is None or raw is self._set_up:
+            return
+        if self.generic_plans:
+            with self._wrapper.wrap_database_errors:  # type: ignore[union-attr]
+                raw.execute(GENERIC_PLANS)
+        self._set_up = raw
 
     def close(self) -> None:
         if self._wrapper is not None:
@@ -122,6 +142,15 @@ _ONLY_WHEN_ASKED = 2**62
 # job) are well under it, and so are the small batches of a lightly loaded worker.
 GENERIC_PLAN_MAX_ROWS = 16
 
+# The session setting of an :class:`OwnConnection` made with ``generic_plans``: its prepared
+# statements are planned once, without their parameters' values. PostgreSQL's default (``auto``)
+# keeps planning a batched ``UPDATE`` of the partitioned executions table anew on every call (a
+# generic plan of it, made without partition pruning, is costed above a custom one), and a
+# worker's start and finish of 2-16 rows cost ~0.5 ms of planning a call. A statement of one row
+# stays on a connection without it: its custom plan (one day's partition) is cheaper than a
+# generic plan that opens every partition at run time (bench/RESULTS.md, session 23).
+GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
 
 @contextmanager
 def cursor(on: OwnConnection | None = None) -> Iterator[PreparedCursor]:
@@ -129,6 +158,8 @@ def cursor(on: OwnConnection | None = None) -> Iterator[PreparedCursor]:
     transaction), or ``on`` a connection of its own."""
     wrapper = connection if on is None else on.wrapper()
     wrapper.ensure_connection()
+    if on is not None:
+        on._set_up_session()
     raw_connection = wrapper.connection
     if raw_connection.prepare_threshold is None:
         raw_connection.prepare_threshold = _ONLY_WHEN_ASKED

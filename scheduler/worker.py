@@ -22,8 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from celery import Task
@@ -58,7 +57,7 @@ from scheduler.failures import failure_error, failure_traceback
 from scheduler.leases import lease_keeper
 from scheduler.lifecycle import StartedExecution
 from scheduler.models import ExecutionStatus
-from scheduler.prepared import OwnConnection
+from scheduler.prepared import GENERIC_PLAN_MAX_ROWS, OwnConnection
 from scheduler.retry import RetryPolicy
 from scheduler.timers import timer_store
 
@@ -74,17 +73,39 @@ RECORD_MAX_PAUSE_S = 1.0
 
 
 # Starts and finishes of a process's concurrent tasks (a thread pool) share statements, each
-# kind on a connection of its own (whichever thread leads a batch runs it there).
+# kind on a connection of its own (whichever thread leads a batch runs it there). A batch of a
+# few rows runs on a second connection of its kind, where prepared statements keep a generic
+# plan (scheduler.prepared.GENERIC_PLANS); one row, and a batch too large to be prepared, on
+# the first.
 _start_connection = OwnConnection()
 _finish_connection = OwnConnection()
-_starts = Coalescer(partial(start_executions, on=_start_connection))
-_finishes = Coalescer(partial(finish_executions, on=_finish_connection))
+_start_batch_connection = OwnConnection(generic_plans=True)
+_finish_batch_connection = OwnConnection(generic_plans=True)
 
 
-def connect_recording() -> None:
-    """Open the recording connections before the first job rather than while it waits."""
+def _on_connection_for_size(record: Callable[..., list[T]], one: OwnConnection,
+                            batch: OwnConnection) -> Callable[[Sequence[object]], list[T]]:
+    def run(items: Sequence[object]) -> list[T]:
+        few = 1 < len(items) <= GENERIC_PLAN_MAX_ROWS
+        return record(items, on=batch if few else one)
+    return run
+
+
+_starts = Coalescer(_on_connection_for_size(start_executions, _start_connection,
+                                            _start_batch_connection))
+_finishes = Coalescer(_on_connection_for_size(finish_executions, _finish_connection,
+                                              _finish_batch_connection))
+
+
+def connect_recording(*, batches: bool = False) -> None:
+    """Open the recording connections before the first job rather than while it waits;
+    ``batches``: those of batched statements too (a thread pool's: a prefork or solo process
+    runs one task at a time, and never opens them)."""
     _start_connection.connect()
     _finish_connection.connect()
+    if batches:
+        _start_batch_connection.connect()
+        _finish_batch_connection.connect()
 
 
 def warm_threads(pool: object, timeout_s: float = 10.0) -> int:

@@ -135,10 +135,11 @@ def test_statements_updating_the_same_executions_in_other_orders_do_not_deadlock
     assert errors == []
 
 
-def test_a_worker_records_on_one_connection_per_kind_of_statement_and_survives_losing_it(tenant):
-    """Whichever of sixteen threads leads a batch runs it on the coalescer's own connection
-    (one PostgreSQL backend, not one per thread); a connection killed under it fails that
-    statement only, and the next one reconnects."""
+def test_a_worker_records_on_connections_of_its_own_and_survives_losing_them(tenant):
+    """Whichever of sixteen threads leads a batch runs it on the coalescer's own connections
+    (one for a row alone, one for a batch of a few: at most two PostgreSQL backends, not one
+    per thread); a connection killed under it fails that statement only, and the next one
+    reconnects."""
     from django.db import DatabaseError
 
     from scheduler import worker
@@ -161,15 +162,59 @@ def test_a_worker_records_on_one_connection_per_kind_of_statement_and_survives_l
     run_together(deliver, 16)
     assert Execution.objects.filter(pk__in=ids, status="RUNNING").count() == 32
     opened = backends() - before
-    assert len(opened) == 1, opened  # the starts' connection; no thread opened its own
+    # The starts' connections, a row's and a batch's; no thread opened its own.
+    assert 1 <= len(opened) <= 2, opened
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s)", [opened.pop()])
+        for pid in opened:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     more = dispatched(tenant, 2)
     with pytest.raises(DatabaseError):
         worker._starts.submit(start(more[0]))
     assert worker._starts.submit(start(more[1])) is not None
     worker._start_connection.close()
+    worker._start_batch_connection.close()
+
+
+def test_a_batch_of_a_few_rows_is_recorded_on_a_connection_with_generic_plans(tenant):
+    """A worker's batch of 2-16 starts runs where prepared statements keep a generic plan;
+    a start alone, and a batch too large to be prepared, where PostgreSQL plans each call for
+    its values (its default): scheduler.prepared.GENERIC_PLANS."""
+    from scheduler import prepared, worker
+
+    def plan_mode(own: prepared.OwnConnection) -> str:
+        with prepared.cursor(on=own) as cursor:
+            cursor.execute("SELECT current_setting('plan_cache_mode')", [], rows=1)
+            return cursor.fetchall()[0][0]
+
+    used = []
+
+    def record(items, *, on):
+        used.append((len(items), on))
+        return [None] * len(items)
+
+    run = worker._on_connection_for_size(record, worker._start_connection,
+                                         worker._start_batch_connection)
+    for size in (1, 2, prepared.GENERIC_PLAN_MAX_ROWS, prepared.GENERIC_PLAN_MAX_ROWS + 1):
+        assert run([object()] * size) == [None] * size
+    assert used == [(1, worker._start_connection), (2, worker._start_batch_connection),
+                    (prepared.GENERIC_PLAN_MAX_ROWS, worker._start_batch_connection),
+                    (prepared.GENERIC_PLAN_MAX_ROWS + 1, worker._start_connection)]
+
+    ids = dispatched(tenant, 3)
+    assert worker._start_batch_connection.generic_plans
+    try:
+        assert plan_mode(worker._start_connection) == "auto"
+        assert plan_mode(worker._start_batch_connection) == "force_generic_plan"
+        started = worker._starts.run([start(i) for i in ids])
+        assert all(s is not None for s in started)
+        assert Execution.objects.filter(pk__in=ids, status="RUNNING").count() == 3
+        # Again after the connection was recycled: the setting is made on the new one.
+        worker._start_batch_connection.close()
+        assert plan_mode(worker._start_batch_connection) == "force_generic_plan"
+    finally:
+        worker._start_connection.close()
+        worker._start_batch_connection.close()
 
 
 def test_a_forked_child_does_not_use_its_parents_connection(tenant):
