@@ -173,11 +173,19 @@ LOCK_EXECUTIONS_IN_ORDER = (
 # The same for rows named by their partition key too: ``{keys}`` is a relation of
 # ``(execution_id, scheduled_for)`` pairs (a CTE's name), ``{first}`` and ``{last}`` the bounds of
 # its ``scheduled_for`` (see "Partition key" above).
+#
+# Each row is looked up by its whole primary key, one key after another in id order (a nested
+# loop over the sorted keys, each lock taken as its row is found): a join of the keys with the
+# table let PostgreSQL read every row of the batch's ``scheduled_for`` range and hash them, and
+# the 10,000 instances of a workflow's fan-out share one ``scheduled_for``, so each start or
+# finish of a few of them read all 10,000 (54 ms a statement; bench/RESULTS.md, session 23).
 LOCK_KEYED_EXECUTIONS_IN_ORDER = (
-    "SELECT e.execution_id, e.scheduled_for FROM chrono_execution e "
-    "JOIN {keys} k USING (execution_id, scheduled_for) "
-    "WHERE e.scheduled_for BETWEEN {first}::timestamptz AND {last}::timestamptz "
-    "ORDER BY e.execution_id FOR UPDATE OF e"
+    "SELECT e.execution_id, e.scheduled_for "
+    "FROM (SELECT execution_id, scheduled_for FROM {keys} ORDER BY execution_id) k "
+    "CROSS JOIN LATERAL (SELECT c.execution_id, c.scheduled_for FROM chrono_execution c "
+    "WHERE c.execution_id = k.execution_id AND c.scheduled_for = k.scheduled_for "
+    "AND c.scheduled_for BETWEEN {first}::timestamptz AND {last}::timestamptz "
+    "FOR UPDATE) e"
 )
 
 
