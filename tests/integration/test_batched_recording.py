@@ -323,3 +323,38 @@ def _waiting_on_a_lock(cursor, pids: list[int]) -> bool:
                    [pids[0]])
     row = cursor.fetchone()
     return bool(row and row[0])
+
+
+def test_a_batch_reads_its_own_rows_not_every_row_of_its_fire_time(tenant):
+    """The instances of a workflow's fan-out share one scheduled_for: a batched start of a few
+    of them locks its rows by their whole key, and does not read the thousands of others
+    (a join with the table hashed every row of the range: 10,000 buffers a start at 10,000)."""
+    import re
+    import uuid
+
+    from scheduler import executions
+    from scheduler.clock import ms_to_datetime
+
+    job = api.schedule_once("chrono.noop", tenant=tenant, delay=60)
+    fire = job.next_run_at
+    ids = [uuid.uuid4() for _ in range(3_000)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO chrono_execution (execution_id, job_id, tenant_id, attempt, "
+            "scheduled_for, status, error, logs_url, fencing_token) SELECT i, %s, %s, 1, %s, "
+            "'DISPATCHED', '', '', 0 FROM unnest(%s::uuid[]) i",
+            [job.job_id, tenant.tenant_id, fire, [str(i) for i in ids]])
+    at = now_ms()
+    requests = [StartRequest(str(i), 1, "w1", 60_000, at, fire) for i in ids[:8]]
+    columns = {"execution_id": ids[:8], "attempt": [1] * 8, "worker_id": ["w1"] * 8,
+               "started_at": [ms_to_datetime(at)] * 8,
+               "lease_expires_at": [ms_to_datetime(at + 60_000)] * 8,
+               "scheduled_for": [fire] * 8}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + executions._START_SQL[True],
+                       executions._parameters(columns, keyed=True))
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    read = max(int(n) for n in re.findall(r"shared hit=(\d+)", plan))
+    assert read < 1_000, plan
+    assert all(r is not None for r in start_executions(requests))
