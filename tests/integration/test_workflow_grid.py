@@ -8,11 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import occurrences
-from scheduler.clock import datetime_to_ms, now_ms
-from scheduler.executions import finish_execution, start_execution
-from scheduler.lifecycle import execution_id_for
-from scheduler.models import ExecutionStatus, Job
+from scheduler.models import ExecutionStatus
+from tests.integration.workflow_support import run_step_job
 from workflows import engine
 from workflows.grid import run_grid
 from workflows.runs import StepRef
@@ -28,19 +25,8 @@ SPEC = {"name": "nightly", "steps": [
 def run_step(run, key: str, *, status: ExecutionStatus | None, took_ms: int = 120) -> None:
     """Fire, start and (with ``status``) finish the first attempt of ``key`` as the beat and a
     worker would, then let the engine apply the end."""
-    job_id = str(engine.task_job_id(run.run_id, StepRef(key), 1))
-    fire_ms = datetime_to_ms(Job.objects.get(job_id=job_id).next_run_at)
-    occurrences.load_and_insert([(job_id, fire_ms)])
-    execution_id = execution_id_for(job_id, fire_ms)
-    occurrences.record_dispatched([(execution_id, fire_ms, now_ms())],
-                                  advances=[occurrences.JobAdvance(job_id, fire_ms, None,
-                                                                   now_ms())])
-    started_ms = now_ms()
-    started = start_execution(str(execution_id), attempt=1, worker_id="w1",
-                              lease_ttl_ms=60_000, at_ms=started_ms)
+    run_step_job(run, StepRef(key), status=status, took_ms=took_ms)
     if status is not None:
-        finish_execution(started, status=status, error="boom" if status != "SUCCEEDED" else "",
-                         at_ms=started_ms + took_ms)
         engine.apply_pending_ends()
 
 

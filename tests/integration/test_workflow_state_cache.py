@@ -7,11 +7,8 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from scheduler import occurrences
-from scheduler.clock import datetime_to_ms, now_ms
-from scheduler.executions import finish_execution, start_execution
-from scheduler.lifecycle import execution_id_for
 from scheduler.models import ExecutionStatus, Job
+from tests.integration.workflow_support import run_step_job
 from workflows import engine
 from workflows.models import WorkflowRun
 from workflows.persistence import state_from_json, state_to_json
@@ -28,18 +25,7 @@ WIDE = {"name": "wide-cached", "steps": [
 
 
 def end_instance(run, index: int, result: object) -> None:
-    """Fire, start and finish the first attempt of map instance ``index`` as the beat and a
-    worker would (the engine applies the end later)."""
-    job_id = str(engine.task_job_id(run.run_id, StepRef("each", index), 1))
-    fire_ms = datetime_to_ms(Job.objects.get(job_id=job_id).next_run_at)
-    occurrences.load_and_insert([(job_id, fire_ms)])
-    execution_id = execution_id_for(job_id, fire_ms)
-    occurrences.record_dispatched([(execution_id, fire_ms, now_ms())],
-                                  advances=[occurrences.JobAdvance(job_id, fire_ms, None,
-                                                                   now_ms())])
-    started = start_execution(str(execution_id), attempt=1, worker_id="w1",
-                              lease_ttl_ms=60_000, at_ms=now_ms())
-    finish_execution(started, status=ExecutionStatus.SUCCEEDED, result=result)
+    run_step_job(run, StepRef("each", index), status=ExecutionStatus.SUCCEEDED, result=result)
 
 
 def kept(run_id) -> tuple[int, object] | None:
