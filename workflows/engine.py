@@ -293,8 +293,9 @@ class _ParsedStates:
                 self._values.popitem(last=False)
 
 
-# A run's parsed state, at most this many runs (a 10,000-instance map's is a few MB).
-PARSED_STATE_CACHE_SIZE = 256
+# A run's parsed state, at most this many runs: a 10,000-instance map's is a few MB, and a small
+# run's parse is cheap (what is kept matters for the large runs, passed over again and again).
+PARSED_STATE_CACHE_SIZE = 64
 _parsed_states = _ParsedStates(PARSED_STATE_CACHE_SIZE)
 
 
