@@ -285,12 +285,6 @@ class _ParsedStates:
         self.keep(run.run_id, run.state_version, state)
         return state
 
-    def holds(self, run: WorkflowRun) -> bool:
-        """Whether ``run``'s state at its ``state_version`` is kept."""
-        with self._lock:
-            kept = self._values.get(run.run_id)
-            return kept is not None and kept[0] == run.state_version
-
     def keep(self, run_id: uuid.UUID, version: int, state: RunState) -> None:
         with self._lock:
             self._values[run_id] = (version, state)
@@ -595,11 +589,8 @@ class _End:
 
 # The runs with the oldest waiting ends (among the first ``ends``), at most ``runs`` of them,
 # locked; those another listener holds are skipped (it applies their ends). The columns are
-# WorkflowRun's but its state, in its field order (:func:`_runs_from_rows`): a state is read
-# by a statement of its own (:data:`_STATES_SQL`), only for the runs whose version this process
-# does not keep parsed (:class:`_ParsedStates`; a 10,000-instance map's state is 550 kB to
-# read out of the table and decode, every pass).
-_RUN_FIELDS = [f for f in WorkflowRun._meta.concrete_fields if f.attname != "state"]
+# WorkflowRun's, in its field order (:func:`_runs_from_rows`).
+_RUN_FIELDS = WorkflowRun._meta.concrete_fields
 _RUN_COLUMNS = tuple(f.column for f in _RUN_FIELDS)
 _LOCK_RUNS_WITH_ENDS_SQL = (
     f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM chrono_workflow_run r "  # nosec B608 # the model's own column names
@@ -619,7 +610,6 @@ DELETE FROM chrono_execution_end e USING taken, chrono_workflow_task t
 WHERE e.id = taken.id AND t.job_id = e.job_id
 RETURNING e.id, t.run_id, e.status, e.result, e.error, t.step_key, t.map_index, t.attempt
 """
-_STATES_SQL = "SELECT run_id, state FROM chrono_workflow_run WHERE run_id = ANY(%s::uuid[])"
 # Runs advanced by one transaction at most: their ends, evaluations and writes are batched
 # (one statement per kind for all of them), so a burst of ends costs a few round trips, not a
 # few per run.
@@ -657,9 +647,6 @@ def _apply_next_ends(limit: int) -> tuple[int, int]:
                 return 0, 0
             cursor.execute(_TAKE_ENDS_SQL, [array(runs), WATCHER], rows=len(runs))
             rows = sorted(cursor.fetchall())  # in the order they were written
-            if rows:
-                _read_states(cursor, [run for run in runs.values()
-                                      if not _parsed_states.holds(run)])
         if not rows:
             return len(runs), 0
         ends: dict[uuid.UUID, list[_End]] = {}
@@ -679,20 +666,9 @@ _RUN_ATTNAMES = [f.attname for f in _RUN_FIELDS]
 _RUN_DECODED = [i for i, f in enumerate(_RUN_FIELDS) if hasattr(f, "from_db_value")]
 
 
-def _read_states(cursor: prepared.PreparedCursor, runs: list[WorkflowRun]) -> None:
-    """Read the states of ``runs`` (locked), which their rows were built without."""
-    if not runs:
-        return
-    by_id = {run.run_id: run for run in runs}
-    cursor.execute(_STATES_SQL, [array(by_id)], rows=len(by_id))
-    for run_id, state in cursor.fetchall():
-        by_id[run_id].state = _json(state)
-
-
 def _runs_from_rows(rows: list[tuple]) -> list[WorkflowRun]:
-    """Runs built from raw rows of :data:`_RUN_COLUMNS` (their state left deferred), their
-    JSON decoded as the ORM does, each with its definition version (without its spec) from
-    :func:`_version_of`."""
+    """Runs built from raw rows of :data:`_RUN_COLUMNS`, their JSON decoded as the ORM
+    does, each with its definition version (without its spec) from :func:`_version_of`."""
     runs = []
     for row in rows:
         values = list(row)
