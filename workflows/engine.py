@@ -235,17 +235,26 @@ class _RecentlyUsed:
         self._lock = threading.Lock()
 
     def get(self, key: Any, load: Callable[[], Any]) -> Any:
+        value = self.peek(key)
+        if value is None:
+            value = load()
+            self.put(key, value)
+        return value
+
+    def peek(self, key: Any) -> Any:
+        """The value kept for ``key`` (now the most recently used), or None."""
         with self._lock:
             value = self._values.get(key)
             if value is not None:
                 self._values.move_to_end(key)
-                return value
-        value = load()
+            return value
+
+    def put(self, key: Any, value: Any) -> None:
         with self._lock:
             self._values[key] = value
+            self._values.move_to_end(key)
             while len(self._values) > self.size:
                 self._values.popitem(last=False)
-        return value
 
 
 # Parsed definitions by version id (versions never change). Keyed by id alone: a batch looks
@@ -270,27 +279,19 @@ class _ParsedStates:
     copies what it changes)."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
-        self._values: OrderedDict[uuid.UUID, tuple[int, RunState]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._kept = _RecentlyUsed(size)  # run id -> (state_version, state)
 
     def of(self, run: WorkflowRun) -> RunState:
         """``run``'s state at its ``state_version``, parsed from its row if not kept."""
-        with self._lock:
-            kept = self._values.get(run.run_id)
-            if kept is not None and kept[0] == run.state_version:
-                self._values.move_to_end(run.run_id)
-                return kept[1]
+        kept = self._kept.peek(run.run_id)
+        if kept is not None and kept[0] == run.state_version:
+            return kept[1]
         state = state_from_json(run.state)
         self.keep(run.run_id, run.state_version, state)
         return state
 
     def keep(self, run_id: uuid.UUID, version: int, state: RunState) -> None:
-        with self._lock:
-            self._values[run_id] = (version, state)
-            self._values.move_to_end(run_id)
-            while len(self._values) > self.size:
-                self._values.popitem(last=False)
+        self._kept.put(run_id, (version, state))
 
 
 # A run's parsed state, at most this many runs: a 10,000-instance map's is a few MB, and a small

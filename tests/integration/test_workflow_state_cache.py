@@ -29,7 +29,7 @@ def end_instance(run, index: int, result: object) -> None:
 
 
 def kept(run_id) -> tuple[int, object] | None:
-    return engine._parsed_states._values.get(run_id)
+    return engine._parsed_states._kept._values.get(run_id)
 
 
 def test_a_pass_keeps_the_state_it_committed_and_the_next_pass_takes_it(tenant):
