@@ -227,11 +227,12 @@ def record_dispatched(
     already started them) and advance each job whose ``next_run_at`` still equals the fired
     occurrence. Returns the ids of the jobs advanced. One statement (both updates commit
     together or not at all), one round trip, for any number of confirmed batches; the
-    executions are named by ``(execution_id, scheduled_for)`` and the days between the
-    batch's first and last fire time, so PostgreSQL touches those days' partitions alone."""
+    executions are named by ``(execution_id, scheduled_for)`` and the days of the batch's
+    first and last fire time (:func:`~scheduler.lifecycle.key_range`), so PostgreSQL touches
+    those days' partitions alone."""
     fire_ms = [ms for _, ms, _ in dispatched]
-    first, last = ((ms_to_datetime(min(fire_ms)), ms_to_datetime(max(fire_ms))) if fire_ms
-                   else (None, None))
+    first, last = (key_range((ms_to_datetime(min(fire_ms)), ms_to_datetime(max(fire_ms))))
+                   if fire_ms else (None, None))
     ms_time = prepared.MS_TIME.format
     with prepared.cursor() as cursor:
         cursor.execute(

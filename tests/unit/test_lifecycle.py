@@ -4,6 +4,7 @@ agree with the table of moves, and the ids are what every publish of an occurren
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta, timezone
 
 from scheduler.lifecycle import (
     DELIVERED,
@@ -12,6 +13,7 @@ from scheduler.lifecycle import (
     NOT_STARTED,
     TRANSITIONS,
     execution_id_for,
+    key_range,
     parse_retry_timer,
     retry_timer_id,
     sql_statuses,
@@ -79,3 +81,21 @@ def test_a_retry_timer_written_before_the_partitioning_reads_back_without_a_key(
     execution_id = str(uuid.uuid4())
     assert retry_timer_id(execution_id, 3) == f"{execution_id}#3"
     assert parse_retry_timer(f"{execution_id}#3") == (execution_id, 3, None)
+
+
+def test_a_batchs_key_range_is_the_whole_days_of_its_first_and_last_fire_times():
+    """A batch's bound on scheduled_for prunes days, and is whole days: bounded by the batch's
+    own fire times, a fan-out's (one instant the statistics had not seen) was estimated at one
+    row and scanned whole for each row the statement updated."""
+    fan_out = datetime(2026, 12, 7, 4, 30, 0, 123_000, tzinfo=UTC)
+    assert key_range([fan_out] * 3) == (datetime(2026, 12, 7, tzinfo=UTC),
+                                        datetime(2026, 12, 8, tzinfo=UTC)
+                                        - timedelta(microseconds=1))
+    late = datetime(2026, 12, 8, 0, 0, tzinfo=UTC)  # a partition's first instant
+    first, last = key_range([late, fan_out])
+    assert (first, last) == (datetime(2026, 12, 7, tzinfo=UTC),
+                             datetime(2026, 12, 9, tzinfo=UTC) - timedelta(microseconds=1))
+    assert first <= fan_out <= last and first <= late <= last
+    # Days are UTC days (the partitions'), whatever the zone a time comes in.
+    evening_in_new_york = datetime(2026, 12, 7, 23, 30, tzinfo=timezone(timedelta(hours=-5)))
+    assert key_range([evening_in_new_york])[0] == datetime(2026, 12, 8, tzinfo=UTC)
