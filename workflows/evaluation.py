@@ -147,10 +147,7 @@ class _RunChange:
         if ref.map_index is None:
             self.steps[ref.key] = new
         else:
-            parent = self.steps[ref.key]
-            instances = list(parent.instances or ())
-            instances[ref.map_index] = new
-            self.steps[ref.key] = replace(parent, instances=tuple(instances))
+            self.steps[ref.key] = self.steps[ref.key].with_instance(ref.map_index, new)
         if old.status is not new.status:
             self.changed.add(ref.key)
             self.transitions.append(Transition(ref, old.status, new.status, new.attempt,
@@ -236,9 +233,9 @@ class _RunChange:
                       {"branch": branch, "chosen": chosen})
 
     def aggregate(self, key: str) -> None:
-        instances = self.steps[key].instances or ()
-        if not all(i.status in TERMINAL_STEP_STATUSES for i in instances):
+        if self.steps[key].open_instances:
             return
+        instances = self.steps[key].instances or ()
         results = [i.result if i.status is StepStatus.SUCCEEDED else None for i in instances]
         failed = [n for n, i in enumerate(instances) if i.status is not StepStatus.SUCCEEDED]
         if not failed:

@@ -63,6 +63,26 @@ class StepState:
             data["instances"] = [i.to_dict() for i in self.instances]
         return data
 
+    @cached_property
+    def open_instances(self) -> int:
+        """How many of a map step's instances have not ended (0 for any other step); counted
+        once per state, then carried from state to state by :meth:`with_instance`."""
+        return sum(1 for i in self.instances or () if not i.status.is_terminal)
+
+    def with_instance(self, index: int, new: StepState) -> StepState:
+        """This map step with its instance ``index`` replaced by ``new``. The count of open
+        instances is carried over, not counted again: counted on each event, a 10,000-way
+        fan-out's instance ends each read every instance (O(n²) over the map; 88 % of the
+        evaluator's time at 5,000 ends in, measured with cProfile)."""
+        instances = list(self.instances or ())
+        old = instances[index]
+        instances[index] = new
+        changed = replace(self, instances=tuple(instances))
+        if "open_instances" in self.__dict__:
+            changed.__dict__["open_instances"] = (self.open_instances + old.status.is_terminal
+                                                  - new.status.is_terminal)
+        return changed
+
 
 @dataclass(frozen=True)
 class RunState:
@@ -259,6 +279,47 @@ class Evaluation:
     @property
     def run_finished(self) -> bool:
         return self.state.status.is_terminal
+
+
+class EvaluationChain:
+    """The evaluations of one run's events, one after the other, kept as one: every decision in
+    order, and the last state.
+
+    A list of the :class:`Evaluation` objects kept every intermediate state with them: the ~4,000
+    ends one pass applied to a 10,000-way fan-out each held a state with a tuple of 10,000
+    instances, hundreds of MB alive at once, and the garbage collector's passes over them took
+    most of the engine's time (cProfile of the engine under ``chrono bench workflow --fanout
+    10000``: 5.6 of 18.5 s in the one line that allocated a generator)."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        self.length = 0
+        self._transitions: list[Transition] = []
+        self._dispatches: list[Dispatch] = []
+        self._retries: list[RetryScheduled] = []
+        self._stops: list[StopStep] = []
+        self._choices: list[BranchChoice] = []
+        self._definition: WorkflowDefinition | None = None
+
+    def add(self, evaluation: Evaluation) -> None:
+        """``evaluation``, of an event applied to :attr:`state`, next in the chain."""
+        self.state = evaluation.state
+        self.length += 1
+        self._transitions += evaluation.transitions
+        self._dispatches += evaluation.dispatches
+        self._retries += evaluation.retries
+        self._stops += evaluation.stops
+        self._choices += evaluation.branch_choices
+        self._definition = evaluation.definition
+
+    def evaluations(self) -> list[Evaluation]:
+        """The chain as one evaluation (none when nothing was added)."""
+        if not self.length:
+            return []
+        return [Evaluation(state=self.state, transitions=tuple(self._transitions),
+                           dispatches=tuple(self._dispatches), retries=tuple(self._retries),
+                           stops=tuple(self._stops), branch_choices=tuple(self._choices),
+                           definition=self._definition)]
 
 
 def admission(definition: WorkflowDefinition, active_runs: int) -> Reason | None:

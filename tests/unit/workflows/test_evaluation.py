@@ -12,10 +12,13 @@ from workflows.evaluation import evaluate, waiting_reasons
 from workflows.runs import (
     CancelRequested,
     DeadlineCheck,
+    EvaluationChain,
     RetryDue,
+    RetryFromFailure,
     RunStarted,
     StepEnded,
     StepStarted,
+    StepState,
     admission,
 )
 from workflows.states import RunStatus, StepStatus
@@ -381,6 +384,73 @@ def test_ten_thousand_instances_are_dispatched_in_one_evaluation():
     evaluation = run.succeed("extract", {"rows": list(range(10_000))})
     assert len(evaluation.dispatches) == 10_000
     assert evaluation.dispatches[-1].kwargs["index"] == 9_999
+
+
+def _recounted(run: Run) -> int:
+    return sum(1 for i in run.step("load").instances if not i.status.is_terminal)
+
+
+def test_a_maps_count_of_open_instances_is_carried_through_every_instance_change():
+    """The count the map's completion is decided on is carried from state to state, not
+    counted again: it must equal a fresh count after every kind of instance change (start,
+    end, failure into a retry wait, the retry, a final failure, a retry from failure)."""
+    run = Run(MAPPED, {"day": "d"})
+    run.start()
+    run.succeed("extract", {"rows": ["w", "x", "y", "z"]})
+    assert run.step("load").open_instances == _recounted(run) == 4
+    steps = [lambda: run.begin("load", 0), lambda: run.succeed("load", 1, index=0),
+             lambda: run.fail("load", index=1),  # RETRY_WAIT: still open
+             lambda: run.send(RetryDue("load", 2, map_index=1)),
+             lambda: run.succeed("load", 3, index=2), lambda: run.fail("load", index=1),
+             lambda: run.begin("load", 3)]
+    for change in steps:
+        change()
+        assert run.step("load").open_instances == _recounted(run)
+    assert _recounted(run) == 1
+    run.fail("load", index=3)
+    run.send(RetryDue("load", 2, map_index=3))
+    run.fail("load", index=3)
+    assert run.status("load") == "FAILED" and run.step("load").open_instances == 0
+    run.send(RetryFromFailure())
+    assert run.step("load").open_instances == _recounted(run) == 2
+    run.succeed("load", 5, index=1)
+    assert run.step("load").open_instances == _recounted(run) == 1
+
+
+def test_replacing_an_instance_carries_the_count_of_open_instances_both_ways():
+    done, ready = StepState(status=StepStatus.SUCCEEDED), StepState(status=StepStatus.READY)
+    step = StepState(status=StepStatus.RUNNING, instances=(done, ready, ready))
+    assert step.open_instances == 2
+    reopened = step.with_instance(0, ready)
+    closed = reopened.with_instance(2, done).with_instance(1, done)
+    for state, count in ((reopened, 3), (closed, 1)):
+        assert "open_instances" in state.__dict__  # carried over, not counted again
+        assert state.open_instances == count
+        assert StepState(status=state.status, instances=state.instances).open_instances == count
+
+
+def test_a_chain_of_evaluations_keeps_every_decision_in_order_and_the_last_state():
+    """What the engine keeps of one pass over a run: the decisions of each evaluation, in
+    order, and only the last state (each intermediate state of a large map held a copy of
+    its instances)."""
+    run = Run(MAPPED, {"day": "d"})
+    first = run.start()
+    chain = EvaluationChain(run.state)
+    assert chain.evaluations() == []
+    run.succeed("extract", {"rows": [1, 2]})
+    run.succeed("load", 10, index=0)
+    run.fail("load", index=1)
+    one_by_one = run.log[1:]
+    for evaluation in one_by_one:
+        chain.add(evaluation)
+    [merged] = chain.evaluations()
+    assert merged.state == run.state and merged.state is not first.state
+    for field in ("transitions", "dispatches", "retries", "stops", "branch_choices"):
+        assert getattr(merged, field) == tuple(
+            d for e in one_by_one for d in getattr(e, field)), field
+    assert [str(d.ref) for d in merged.dispatches] == ["load[0]", "load[1]"]
+    assert [(str(r.ref), r.attempt) for r in merged.retries] == [("load[1]", 2)]
+    assert merged.waiting == one_by_one[-1].waiting
 
 
 # -- retries ----------------------------------------------------------------------------
