@@ -501,7 +501,7 @@ def _evaluate_after_starts(run: WorkflowRun, definition: WorkflowDefinition,
     """Evaluate ``event`` once the run's state knows which of its READY steps a worker has
     started: the engine hears of ends only, and stopping a run must tell a step that runs (stop
     it, then wait for its end) from one that has not started (cancel it now)."""
-    chain = EvaluationChain(state_from_json(run.state))
+    chain = EvaluationChain(_parsed_states.of(run))
     now = now_ms()
     for started in _started_steps(run, chain.state):
         try:
@@ -546,7 +546,7 @@ def retry_run(run_id: uuid.UUID | str, *, tenant: Tenant | uuid.UUID | str,
         run = _locked_run(run_id, _tenant_id(tenant))
         definition = definition_of(run.definition)
         try:
-            evaluation = evaluate(definition, state_from_json(run.state), RetryFromFailure(),
+            evaluation = evaluate(definition, _parsed_states.of(run), RetryFromFailure(),
                                   now_ms=now_ms())
         except InvalidEvent as exc:
             raise RunStateConflict(str(exc)) from None
@@ -697,14 +697,8 @@ def _evaluate_ends(run: WorkflowRun, ends: list[_End], now: int) -> list[Evaluat
     definition = definition_of(run.definition)
     chain = EvaluationChain(_parsed_states.of(run))
     for end in ends:
-        for event in _events_of(chain.state, end):
-            try:
-                evaluation = evaluate(definition, chain.state, event, now_ms=now)
-            except InvalidEvent as exc:
-                log.info("run %s: end of %s attempt %d not applied: %s", run.run_id, end.ref,
-                         end.attempt, exc)
-                break
-            chain.add(evaluation)
+        _apply_in_turn(run, definition, chain, _events_of(chain.state, end), now,
+                       f"end of {end.ref} attempt {end.attempt}")
     return chain.evaluations()
 
 
@@ -968,14 +962,21 @@ CHILD_STOP_ACTIONS = ("terminate", "request_cancel")  # abandon: the evaluator e
 def _evaluate_all(run: WorkflowRun, definition: WorkflowDefinition, state: RunState,
                   events: Iterable[Event], now: int) -> list[Evaluation]:
     chain = EvaluationChain(state)
+    _apply_in_turn(run, definition, chain, events, now, "sub-workflow event")
+    return chain.evaluations()
+
+
+def _apply_in_turn(run: WorkflowRun, definition: WorkflowDefinition, chain: EvaluationChain,
+                   events: Iterable[Event], now: int, what: str) -> None:
+    """Evaluate ``events`` one after the other onto ``chain``; the first the evaluator refuses
+    (a late or repeated end, say) stops them, logged as ``what``."""
     for event in events:
         try:
             evaluation = evaluate(definition, chain.state, event, now_ms=now)
         except InvalidEvent as exc:
-            log.info("run %s: sub-workflow event %s not applied: %s", run.run_id, event, exc)
-            break
+            log.info("run %s: %s (%s) not applied: %s", run.run_id, what, event, exc)
+            return
         chain.add(evaluation)
-    return chain.evaluations()
 
 
 def _lock_admissions(tenant_id: uuid.UUID, names: set[str | None]) -> None:
