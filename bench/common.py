@@ -132,8 +132,8 @@ def cpu_by_role(
         except (OSError, IndexError):
             continue
         pid = int(stat.parent.name)
-        role = ("worker" if pid in workers else "beat" if pid in beats
-                else "engine" if pid == engine_pid
+        role = ("engine" if pid == engine_pid else "worker" if pid in workers
+                else "beat" if pid in beats
                 else "bench" if pid == os.getpid()
                 else "postgresql" if name.startswith("postgres")
                 else "rabbitmq" if name in RABBITMQ_PROCESSES

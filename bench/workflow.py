@@ -32,7 +32,7 @@ of at once (``--fanout 0`` starts no fan-out run). Reports:
   ``engine.start_runs`` transaction: runs started "at once" that finish before the last one
   starts are not in flight together);
 * ``cpu_ms_per_step``: CPU milliseconds a finished step of each part of the platform (the beat,
-  the worker with the engine when it runs there, ``engine`` with ``--engine-process``,
+  the worker, ``engine``: the worker's engine child, or the process ``--engine-process`` starts,
   PostgreSQL, RabbitMQ, Redis, the bench's own starts and polls, and ``machine``: every core's
   busy time), from the runs' start to their end: what a step costs, and what bounds
   ``rate_per_s`` on a machine whose cores are all busy;
@@ -58,6 +58,7 @@ from bench.common import cpu_by_role, summarize_ms
 from bench.platform import bench_platform
 from localservices.processes import wait_until
 from workflows import engine
+from workflows.engine_child import engine_children
 from workflows.models import WorkflowDefinitionVersion, WorkflowRun
 
 CHAIN_LENGTH = 10
@@ -85,8 +86,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--engine-process", action="store_true",
-                        help="apply step ends in a `chrono workflow-engine` process of its own "
-                             "instead of the worker's main process")
+                        help="apply step ends in a `chrono workflow-engine` process started "
+                             "apart from the worker, instead of the worker's own engine child")
     args = parser.parse_args(argv)
     for name in ("chains", "diamonds", "fanout"):
         if getattr(args, name) < 0:
@@ -220,8 +221,13 @@ def run(argv: list[str]) -> dict[str, object]:
             wait_until(lambda: "workflow engine started" in engine_process.log_tail(),
                        timeout_s=30, interval_s=0.2)
         worker = platform.start_worker(args.concurrency, args.pool)
-        pids = {"beat_pids": [beat.pid], "worker_pid": worker.pid,
-                "engine_pid": engine_process and engine_process.pid}
+        if engine_process is None:  # the worker's own engine, a child process it starts
+            wait_until(lambda: "workflow engine started" in worker.log_tail(), timeout_s=30,
+                       interval_s=0.2)
+            engine_pid = engine_children(worker.pid)[0]
+        else:
+            engine_pid = engine_process.pid
+        pids = {"beat_pids": [beat.pid], "worker_pid": worker.pid, "engine_pid": engine_pid}
         for spec in specs:
             engine.define(platform.tenant, spec)
         draw = random.Random(args.seed)
@@ -315,7 +321,7 @@ def run(argv: list[str]) -> dict[str, object]:
     return {
         "bench": "workflow",
         "worker": f"{args.pool} x{args.concurrency}",
-        "engine": "own process" if args.engine_process else "in the worker",
+        "engine": "own process" if args.engine_process else "the worker's child",
         "runs": len(runs),
         "runs_by_status": statuses,
         "steps": steps,

@@ -20,6 +20,7 @@ from celery.signals import (
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
+    worker_shutting_down,
 )
 from celery.worker.consumer import Consumer
 
@@ -122,13 +123,31 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         # one at a time, so every thread's records are its task's, as in a prefork child).
         if log_capture.install_for(get_config()) and isinstance(pool, SoloTaskPool):
             log_capture.capture_process_wide()
-    # Every worker advances workflow runs as their steps end (see workflows.engine), unless the
-    # deployment runs `chrono workflow-engine` processes for it.
-    if get_config().workflow_engine_in_worker:
-        from workflows.engine import start_listener
+    # Every worker advances workflow runs as their steps end, in a child process of its own
+    # (workflows.engine_child), unless the deployment runs `chrono workflow-engine` for it.
+    if get_config().workflow_engine_in_worker and not _engine_child:
+        from workflows.engine_child import EngineChild
 
-        start_listener()
+        _engine_child.append(EngineChild().start())
     freeze_startup_heap()
+
+
+_engine_child: list = []
+
+
+@worker_shutting_down.connect
+def _no_engine_restarts(**_: object) -> None:
+    # From the start of a shutdown: a child that Ctrl-C or the supervisor's SIGTERM reached
+    # with the worker stays stopped.
+    for child in _engine_child:
+        child.stopping()
+
+
+@worker_shutdown.connect
+def _stop_engine_child(**_: object) -> None:
+    # After the worker's own tasks: the ends they wrote are applied before the child stops.
+    while _engine_child:
+        _engine_child.pop().stop()
 
 
 @worker_process_init.connect

@@ -157,8 +157,9 @@ DESCRIPTIONS: dict[str, str] = {
     "dashboard_snapshot_max_age_ms": "The all-tenants view serves the snapshot while it is "
     "younger than this; an older or missing one is computed live, the answer saying so "
     "(`source: live`).",
-    "workflow_engine_in_worker": "Every worker's main process applies workflow step ends; turn "
-    "off when `chrono workflow-engine` processes do it instead.",
+    "workflow_engine_in_worker": "Every worker runs a `chrono workflow-engine` child process that "
+    "applies workflow step ends (restarted if it dies, stopped with the worker); turn off when "
+    "`chrono workflow-engine` processes of their own do it instead.",
     "metrics_port": "Port of the beat's, worker's, reaper's and indexer's `/metrics` and "
     "`/health` (0: none); each command's `--metrics-port` wins.",
     "metrics_address": "Address the probe ports listen on.",

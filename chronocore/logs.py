@@ -54,6 +54,15 @@ def apply_format(log_format: str, *loggers: logging.Logger) -> None:
             handler.setFormatter(chosen)
 
 
+def current() -> tuple[str, str]:
+    """This process's ``(log_level, log_format)``, as :func:`configure` or :func:`apply_format`
+    set them: what a child process is started with to log as its parent does."""
+    level = logging.getLevelName(logging.getLogger("chrono").getEffectiveLevel())
+    handlers = [handler for name in _OWN_HANDLERS for handler in logging.getLogger(name).handlers]
+    json_lines = any(type(handler.formatter).__name__ == "JsonFormatter" for handler in handlers)
+    return (level if level in LEVELS else "INFO"), ("json" if json_lines else "plain")
+
+
 def configure(log_level: str = "INFO", log_format: str = "plain") -> None:
     """Set the process's logging: ``chrono.*`` at ``log_level``, everything in ``log_format``
     on stderr (a root handler for other libraries, from WARNING up)."""

@@ -20,8 +20,9 @@ evaluator's, and each retry is a new attempt with a job of its own, due at its b
 
 **Ends come back as rows.** When an execution of a watched job ends (succeeded, failed, lost,
 cancelled), the statement that ends it writes a :class:`~scheduler.models.ExecutionEnd` (a row
-trigger) and notifies ``chrono_execution_end``. :class:`EngineListener` (a thread of every
-worker's main process) wakes on the notification, or every second, and :func:`apply_pending_ends`
+trigger) and notifies ``chrono_execution_end``. :class:`EngineListener` (``chrono
+workflow-engine``, which every worker runs as its child: :mod:`workflows.engine_child`) wakes on
+the notification, or every second, and :func:`apply_pending_ends`
 applies each run's ends under its lock and deletes them in the same transaction. Several
 listeners share the work (``SKIP LOCKED``); nothing is lost while none runs: the rows wait.
 
@@ -1157,14 +1158,3 @@ class EngineListener(threading.Thread):
                         pass
         finally:
             listening.close()
-
-
-_listener: list[EngineListener] = []
-
-
-def start_listener() -> EngineListener:
-    """Start this process's listener (once)."""
-    if not _listener:
-        _listener.append(EngineListener())
-        _listener[0].start()
-    return _listener[0]

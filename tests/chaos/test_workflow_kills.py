@@ -5,8 +5,10 @@ twice except the one whose worker died under it."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from scheduler.models import Execution, Job
 from tests.e2e.workflow_tasks import COMPLETED_KEY, STEP_LOG_KEY
 from tests.helpers import wait_for
 from workflows import engine
+from workflows.engine_child import engine_children
 from workflows.models import WorkflowRun, WorkflowTask
 from workflows.runs import StepRef
 
@@ -118,3 +121,56 @@ def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step
     fired = Counter(Execution.objects.filter(job_id__in=job_ids).values_list("job_id",
                                                                             flat=True))
     assert set(fired.values()) == {1}, "a step's job fired twice"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _two_step_run(platform, tenant, name: str) -> WorkflowRun:
+    engine.define(tenant, {"name": name, "steps": [
+        {"key": "first", "task": "wf.echo", "kwargs": {"label": "first"}},
+        {"key": "second", "task": "wf.echo", "parents": ["first"],
+         "kwargs": {"label": "second"}},
+    ]})
+    return engine.start_run(name, tenant=tenant, queue=platform.queue)
+
+
+def test_a_worker_killed_alone_takes_its_engine_child_with_it(platform, tenant):
+    """SIGKILL to the worker's process only (as the OOM killer sends it): its engine child
+    stops too (PR_SET_PDEATHSIG), and the next worker's engine carries the run on."""
+    platform.redis.delete(STEP_LOG_KEY)
+    with platform.together():
+        platform.start_beat()
+        worker = platform.start_worker("w-1", pool="threads", concurrency=4, include=INCLUDE)
+    assert wait_for(lambda: len(engine_children(worker.pid)) == 1, timeout_s=30)
+    [child] = engine_children(worker.pid)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.popen.wait(10)
+    assert wait_for(lambda: not _alive(child), timeout_s=5), "the engine outlived its worker"
+    run = _two_step_run(platform, tenant, "after-the-kill")
+    platform.start_worker("w-2", pool="threads", concurrency=4, include=INCLUDE)
+    assert _finished(run).status == "SUCCEEDED"
+    assert _log(platform) == ["first", "second"]
+
+
+def test_an_engine_child_killed_is_started_again_and_the_runs_go_on(platform, tenant):
+    platform.redis.delete(STEP_LOG_KEY)
+    with platform.together():
+        platform.start_beat()
+        worker = platform.start_worker("w-1", pool="threads", concurrency=4, include=INCLUDE)
+    assert wait_for(lambda: len(engine_children(worker.pid)) == 1, timeout_s=30)
+    [first] = engine_children(worker.pid)
+    os.kill(first, signal.SIGKILL)
+    run = _two_step_run(platform, tenant, "engine-killed")
+    assert _finished(run).status == "SUCCEEDED"
+    assert _log(platform) == ["first", "second"]
+    [second] = engine_children(worker.pid)
+    assert second != first
+    assert f"workflow engine child {first} exited (signal SIGKILL)" in worker.log_tail(200)
+    worker.signal(signal.SIGTERM)  # a warm shutdown stops the child and does not restart it
+    assert worker.popen.wait(30) == 0
+    assert not _alive(second)
