@@ -126,9 +126,10 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
     # Every worker advances workflow runs as their steps end, in a child process of its own
     # (workflows.engine_child), unless the deployment runs `chrono workflow-engine` for it.
     if get_config().workflow_engine_in_worker and not _engine_child:
+        from scheduler.metrics import count_engine_child_exit
         from workflows.engine_child import EngineChild
 
-        _engine_child.append(EngineChild().start())
+        _engine_child.append(EngineChild(on_exit=count_engine_child_exit).start())
     freeze_startup_heap()
 
 

@@ -89,6 +89,11 @@ LOG_DROPPED_BYTES = Counter(
     "Estimated bytes of the log lines not kept, by reason (as chrono_worker_log_dropped_lines).",
     ["reason"],
 )
+ENGINE_CHILD_EXITS = Counter(
+    "chrono_worker_workflow_engine_exits",
+    "Times the worker's workflow engine child exited on its own (crashed or killed) and was "
+    "started again.",
+)
 LOG_DROP_REASONS = ("attempt_limit", "buffer_full", "spool_write")
 _DROPPED_LINES = {reason: LOG_DROPPED_LINES.labels(reason) for reason in LOG_DROP_REASONS}
 _DROPPED_BYTES = {reason: LOG_DROPPED_BYTES.labels(reason) for reason in LOG_DROP_REASONS}
@@ -105,6 +110,10 @@ def count_log_capture(*, captured_lines: int, spooled_bytes: int,
         if lines:
             _DROPPED_LINES[reason].inc(lines)
             _DROPPED_BYTES[reason].inc(dropped_bytes[reason])
+
+
+def count_engine_child_exit() -> None:
+    ENGINE_CHILD_EXITS.inc()
 
 
 def observe_dispatch_lateness(lateness_ms: Iterable[int]) -> None:

@@ -42,8 +42,11 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 class EngineChild:
     """Runs and keeps running one ``chrono workflow-engine`` child of this process."""
 
-    def __init__(self, command: list[str] | None = None) -> None:
+    def __init__(self, command: list[str] | None = None, *,
+                 on_exit: Callable[[], None] = lambda: None) -> None:
+        """``on_exit`` is called each time the child exits on its own (a metric's count)."""
         self._command = command or child_command()
+        self._on_exit = on_exit
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
@@ -99,6 +102,7 @@ class EngineChild:
                 delay_s = RESTART_BACKOFF_S[0]
             log.error("workflow engine child %d exited (%s); starting another in %.1f s",
                       process.pid, _exit_text(code), delay_s)
+            self._on_exit()
             if self._stopping.wait(delay_s):
                 return
             delay_s = min(delay_s * 2, RESTART_BACKOFF_S[1])

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from chronocore.probe import free_port
 from scheduler.models import Execution, Job
 from tests.e2e.workflow_tasks import COMPLETED_KEY, STEP_LOG_KEY
 from tests.helpers import wait_for
+from tests.metrics_support import http_get, value
 from workflows import engine
 from workflows.engine_child import engine_children
 from workflows.models import WorkflowRun, WorkflowTask
@@ -159,9 +161,11 @@ def test_a_worker_killed_alone_takes_its_engine_child_with_it(platform, tenant):
 
 def test_an_engine_child_killed_is_started_again_and_the_runs_go_on(platform, tenant):
     platform.redis.delete(STEP_LOG_KEY)
+    port = free_port()
     with platform.together():
         platform.start_beat()
-        worker = platform.start_worker("w-1", pool="threads", concurrency=4, include=INCLUDE)
+        worker = platform.start_worker("w-1", pool="threads", concurrency=4, include=INCLUDE,
+                                       metrics_port=port)
     assert wait_for(lambda: len(engine_children(worker.pid)) == 1, timeout_s=30)
     [first] = engine_children(worker.pid)
     os.kill(first, signal.SIGKILL)
@@ -171,6 +175,8 @@ def test_an_engine_child_killed_is_started_again_and_the_runs_go_on(platform, te
     [second] = engine_children(worker.pid)
     assert second != first
     assert f"workflow engine child {first} exited (signal SIGKILL)" in worker.log_tail(200)
+    _, exposition = http_get(f"http://127.0.0.1:{port}/metrics")
+    assert value(exposition.decode(), "chrono_worker_workflow_engine_exits_total") == 1
     worker.signal(signal.SIGTERM)  # a warm shutdown stops the child and does not restart it
     assert worker.popen.wait(30) == 0
     assert not _alive(second)
