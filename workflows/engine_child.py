@@ -92,17 +92,23 @@ class EngineChild:
                 if self._stopping.is_set():
                     return
                 started = time.monotonic()
-                self._process = subprocess.Popen(self._command)
+                try:
+                    self._process = subprocess.Popen(self._command)
+                except OSError as exc:  # out of processes or memory: tried again, not given up
+                    self._process = None
+                    log.error("could not start the workflow engine child, again in %.1f s: %r",
+                              delay_s, exc)
+            if self._process is not None:
                 process = self._process
-            log.info("workflow engine child %d started", process.pid)
-            code = process.wait()
-            if self._stopping.is_set():
-                return
-            if time.monotonic() - started >= STABLE_AFTER_S:
-                delay_s = RESTART_BACKOFF_S[0]
-            log.error("workflow engine child %d exited (%s); starting another in %.1f s",
-                      process.pid, _exit_text(code), delay_s)
-            self._on_exit()
+                log.info("workflow engine child %d started", process.pid)
+                code = process.wait()
+                if self._stopping.is_set():
+                    return
+                if time.monotonic() - started >= STABLE_AFTER_S:
+                    delay_s = RESTART_BACKOFF_S[0]
+                log.error("workflow engine child %d exited (%s); starting another in %.1f s",
+                          process.pid, _exit_text(code), delay_s)
+                self._on_exit()
             if self._stopping.wait(delay_s):
                 return
             delay_s = min(delay_s * 2, RESTART_BACKOFF_S[1])
@@ -120,9 +126,16 @@ def engine_children(pid: int) -> list[int]:
     """The pids of the ``chrono workflow-engine`` children of process ``pid`` (Linux's /proc)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            if b"workflow-engine" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(int(child))
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:  # a thread that ended since the listing
+            continue
+        for child in children:
+            try:
+                if b"workflow-engine" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except FileNotFoundError:  # a child that exited since
+                continue
     return found
 
 

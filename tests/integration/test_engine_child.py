@@ -92,3 +92,16 @@ def _zombie_or_gone(pid: int) -> bool:
             return stat.read().split(") ")[1][0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def test_a_child_that_could_not_be_started_is_tried_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine_child, "RESTART_BACKOFF_S", (0.2, 0.4))
+    program, ran = tmp_path / "engine", tmp_path / "ran"
+    child = EngineChild([str(program)]).start()  # no such program yet: Popen raises
+    try:
+        time.sleep(0.5)
+        program.write_text(f"#!/bin/sh\ntouch {ran}\nsleep 60\n")
+        program.chmod(0o755)
+        assert wait_for(ran.exists, timeout_s=10), "not tried again once it could start"
+    finally:
+        child.stop(timeout_s=5)
