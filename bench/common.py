@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from chronocore.config import get_config
+from chronocore.config import get_config, load_config
 from localservices.processes import ChronoProcess, ProcessGroup
 from scheduler.sharding import shard_tag
 
@@ -75,10 +75,16 @@ def wait_for_beat(beat: ChronoProcess, replica_id: str, *, timeout_s: float = 30
 
 
 def wait_for_worker(worker: ChronoProcess, hostname: str, *, timeout_s: float = 60) -> None:
+    """Until the worker's first heartbeat and, when it runs one, its workflow engine child has
+    started: a measurement that began before took the child's start-up (a second of imports,
+    ~96 MB) for the work measured."""
     from reaper.models import Worker
 
     worker.wait_until(lambda: Worker.objects.filter(worker_id=hostname).exists(),
                       timeout_s=timeout_s, what="its first heartbeat")
+    if load_config(os.environ).workflow_engine_in_worker:  # the worker's environment
+        worker.wait_until(lambda: "workflow engine started" in worker.log_tail(400),
+                          timeout_s=timeout_s, what="its workflow engine child")
 
 
 def broker_connection(broker_url: str | None = None):

@@ -221,12 +221,8 @@ def run(argv: list[str]) -> dict[str, object]:
             wait_until(lambda: "workflow engine started" in engine_process.log_tail(),
                        timeout_s=30, interval_s=0.2)
         worker = platform.start_worker(args.concurrency, args.pool)
-        if engine_process is None:  # the worker's own engine, a child process it starts
-            wait_until(lambda: "workflow engine started" in worker.log_tail(), timeout_s=30,
-                       interval_s=0.2)
-            engine_pid = engine_children(worker.pid)[0]
-        else:
-            engine_pid = engine_process.pid
+        # Or the worker's own engine, a child process it started (wait_for_worker waited for it).
+        engine_pid = engine_process.pid if engine_process else engine_children(worker.pid)[0]
         pids = {"beat_pids": [beat.pid], "worker_pid": worker.pid, "engine_pid": engine_pid}
         for spec in specs:
             engine.define(platform.tenant, spec)
