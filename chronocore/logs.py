@@ -57,9 +57,11 @@ def apply_format(log_format: str, *loggers: logging.Logger) -> None:
 def current() -> tuple[str, str]:
     """This process's ``(log_level, log_format)``, as :func:`configure` or :func:`apply_format`
     set them: what a child process is started with to log as its parent does."""
+    from pythonjsonlogger.json import JsonFormatter
+
     level = logging.getLevelName(logging.getLogger("chrono").getEffectiveLevel())
     handlers = [handler for name in _OWN_HANDLERS for handler in logging.getLogger(name).handlers]
-    json_lines = any(type(handler.formatter).__name__ == "JsonFormatter" for handler in handlers)
+    json_lines = any(isinstance(handler.formatter, JsonFormatter) for handler in handlers)
     return (level if level in LEVELS else "INFO"), ("json" if json_lines else "plain")
 
 

@@ -22,6 +22,15 @@ def wait_for(condition, *, timeout_s: float, interval_s: float = 0.2) -> bool:
     return wait_until(condition, timeout_s=timeout_s, interval_s=interval_s)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def runs(client) -> dict[str, int]:
     """Execution id -> how many times its task body ran."""
     return {k.decode(): int(v) for k, v in client.hgetall(RUNS_KEY).items()}

@@ -114,11 +114,11 @@ class EngineChild:
             delay_s = min(delay_s * 2, RESTART_BACKOFF_S[1])
 
 
-def child_command(parent_pid: int | None = None) -> list[str]:
+def child_command() -> list[str]:
     """``chrono workflow-engine`` for a child of this process, with its log options."""
     level, log_format = logs.current()
     return [sys.executable, "-m", "chronoadmin.cli", "workflow-engine",
-            "--parent-pid", str(parent_pid or os.getpid()),
+            "--parent-pid", str(os.getpid()),
             "--log-level", level, "--log-format", log_format]
 
 

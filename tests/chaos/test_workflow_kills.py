@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from chronocore.probe import free_port
 from scheduler.models import Execution, Job
 from tests.e2e.workflow_tasks import COMPLETED_KEY, STEP_LOG_KEY
-from tests.helpers import wait_for
+from tests.helpers import process_gone, wait_for
 from tests.metrics_support import http_get, value
 from workflows import engine
 from workflows.engine_child import engine_children
@@ -125,13 +124,6 @@ def test_every_process_kind_killed_between_steps_delays_but_never_doubles_a_step
     assert set(fired.values()) == {1}, "a step's job fired twice"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _two_step_run(platform, tenant, name: str) -> WorkflowRun:
     engine.define(tenant, {"name": name, "steps": [
         {"key": "first", "task": "wf.echo", "kwargs": {"label": "first"}},
@@ -152,7 +144,7 @@ def test_a_worker_killed_alone_takes_its_engine_child_with_it(platform, tenant):
     [child] = engine_children(worker.pid)
     os.kill(worker.pid, signal.SIGKILL)
     worker.popen.wait(10)
-    assert wait_for(lambda: not _alive(child), timeout_s=5), "the engine outlived its worker"
+    assert wait_for(lambda: process_gone(child), timeout_s=5), "the engine outlived its worker"
     run = _two_step_run(platform, tenant, "after-the-kill")
     platform.start_worker("w-2", pool="threads", concurrency=4, include=INCLUDE)
     assert _finished(run).status == "SUCCEEDED"
@@ -179,4 +171,4 @@ def test_an_engine_child_killed_is_started_again_and_the_runs_go_on(platform, te
     assert value(exposition.decode(), "chrono_worker_workflow_engine_exits_total") == 1
     worker.signal(signal.SIGTERM)  # a warm shutdown stops the child and does not restart it
     assert worker.popen.wait(30) == 0
-    assert not _alive(second)
+    assert process_gone(second)

@@ -5,14 +5,13 @@ child that outlives its parent's SIGKILL only until it sees its parent gone."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 
-from tests.helpers import wait_for
+from tests.helpers import process_gone, wait_for
 from workflows import engine_child
 from workflows.engine_child import EngineChild
 
@@ -56,7 +55,7 @@ def test_stop_kills_a_child_that_ignores_sigterm_and_never_restarts_it(tmp_path)
     child.stop(timeout_s=0.5)
     assert 0.5 <= time.monotonic() - began < 5
     assert child.pid is None
-    assert not os.path.exists(f"/proc/{pid}") or _zombie_or_gone(pid)
+    assert process_gone(pid)
 
 
 def test_a_child_whose_parent_is_killed_stops(tmp_path):
@@ -83,15 +82,8 @@ def test_a_child_whose_parent_is_killed_stops(tmp_path):
     parent.send_signal(signal.SIGKILL)
     parent.wait(5)
     assert wait_for(stopped.exists, timeout_s=5), "the child did not see its parent go"
-    assert wait_for(lambda: _zombie_or_gone(child_pid), timeout_s=5)
+    assert wait_for(lambda: process_gone(child_pid), timeout_s=5)
 
-
-def _zombie_or_gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def test_a_child_that_could_not_be_started_is_tried_again(tmp_path, monkeypatch):

@@ -55,3 +55,17 @@ def test_configure_sets_chronos_level_and_one_root_handler():
     finally:
         root.handlers = before
         logging.getLogger("chrono").setLevel(logging.INFO)
+
+
+def test_current_reads_back_the_level_and_format_configure_set():
+    # What a worker's engine child is started with, to log as the worker does.
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        logs.configure("WARNING", "json")
+        assert logs.current() == ("WARNING", "json")
+        logs.configure("DEBUG", "plain")
+        assert logs.current() == ("DEBUG", "plain")
+    finally:
+        root.handlers = before
+        logging.getLogger("chrono").setLevel(logging.INFO)

@@ -33,7 +33,7 @@ class Command(BaseCommand):
             signal.signal(signum, lambda *_: listener.stop())
         if parent_pid is not None:
             exit_with_parent(parent_pid, listener.stop)
-        self.stdout.write("workflow engine started", ending="\n")
+        self.stdout.write("workflow engine started")
         self.stdout.flush()
         listener.run()
         self.stdout.write("workflow engine stopped")
