@@ -280,10 +280,11 @@ class RollupWriter:
                     self._pid = os.getpid()
         return self.accumulator
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write what was counted since the last flush; whether there was anything."""
         drained = self.accumulator.drain()
         if not drained:
-            return
+            return False
         try:
             write_counts(drained)
         except DatabaseError as exc:
@@ -298,11 +299,23 @@ class RollupWriter:
             log.exception("could not write %d rollup rows, kept for the next flush",
                           len(drained))
             self.accumulator.put_back(drained)
+        return True
+
+    def tick(self) -> bool:
+        """The writer thread's work each second: flush; after a second with nothing counted
+        (the process is idle, or its work is done), give the thread's own connection back
+        rather than hold it for ever: one PostgreSQL connection less per idle worker, and none
+        left open on a database about to be dropped (a test run's). The next flush opens
+        another. Whether anything was written."""
+        if self.flush():
+            return True
+        connection.close()
+        return False
 
     def _run(self) -> None:
         while True:
             time.sleep(self.interval_s)
-            self.flush()
+            self.tick()
 
 
 _writer = RollupWriter()
@@ -313,9 +326,10 @@ def recorder() -> Accumulator:
     return _writer.ensure_started()
 
 
-def flush() -> None:
-    """Write what this process counted now (tests, and processes about to exit)."""
-    _writer.flush()
+def flush() -> bool:
+    """Write what this process counted now (tests, and processes about to exit); whether
+    there was anything."""
+    return _writer.flush()
 
 
 def summed(rows: Iterable[Counts]) -> Counts:

@@ -3,6 +3,7 @@ platform, and its JSON endpoint is for staff only."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -165,3 +166,26 @@ def test_stuck_work_counts_that_tenants_up_to_the_limit(tenant, other_tenant, mo
     monkeypatch.setattr(dashboard_data_module, "STUCK_COUNT_LIMIT", 2)
     assert stuck(str(tenant.tenant_id)) == {"lease_expired": 2, "retry_overdue": 2,
                                             "counted_up_to": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rollup_writer_gives_its_connection_back_after_an_idle_second(tenant):
+    # The writer thread held its connection for the life of the process: an idle worker kept
+    # one open, and a test run's database could not be dropped at its end ("1 other session").
+    writer = rollups.RollupWriter()
+    seen: list[object] = []
+
+    def writer_thread() -> None:
+        from django.db import connection
+
+        writer.accumulator.note_started(datetime_to_ms(NOW), str(tenant.tenant_id), "idle.a", 3)
+        seen.append(writer.tick())
+        seen.append(connection.connection is not None)
+        seen.append(writer.tick())
+        seen.append(connection.connection is None)
+
+    thread = threading.Thread(target=writer_thread)
+    thread.start()
+    thread.join(30)
+    assert seen == [True, True, False, True]
+    assert ExecutionRollup.objects.get(tenant_id=tenant.tenant_id, task="idle.a").started == 1
