@@ -21,7 +21,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from chronoadmin.dashboard_queues import queues_panel
-from reaper.models import Worker
+from reaper.models import Worker, WorkerState
 from scheduler import job_counts
 from scheduler.models import Execution, ExecutionStatus
 from scheduler.rollups import ALL_TASKS, ALL_TENANTS, BUCKETS, quantile_ms
@@ -179,24 +179,29 @@ def task_table(rows: list[tuple]) -> tuple[list[dict], list[dict]]:
 
 
 def workers(now: datetime, heartbeat_interval_s: float) -> list[dict]:
-    """Workers that heartbeated in the last hour, with what each is running now."""
+    """Workers that heartbeated in the last hour, with their state and what each is running
+    now."""
     running = dict(
         Execution.objects.filter(status=ExecutionStatus.RUNNING)
         .values_list("worker_id").annotate(n=Count("execution_id")).order_by()
     )
     recent = Worker.objects.filter(last_heartbeat_at__gte=now - timedelta(hours=1))
-    return [
-        {
+    silent_after = timedelta(seconds=3 * heartbeat_interval_s)
+    shown = []
+    for w in recent.order_by("-last_heartbeat_at")[:MAX_WORKERS]:
+        state = w.state(now=now, silent_after=silent_after)
+        shown.append({
             "worker_id": w.worker_id,
             "queues": w.queue_name,
             "hostname": w.hostname,
             "heartbeat_age_s": round((now - w.last_heartbeat_at).total_seconds(), 1),
-            "healthy": w.is_healthy
-            and (now - w.last_heartbeat_at).total_seconds() < 3 * heartbeat_interval_s,
+            "healthy": state == WorkerState.UP,
+            # up, stopped (a warm shutdown: a deploy, a scale-down) or lost (stopped
+            # heartbeating without a final heartbeat): only a lost worker is a problem.
+            "state": str(state),
             "running": running.get(w.worker_id, 0),
-        }
-        for w in recent.order_by("-last_heartbeat_at")[:MAX_WORKERS]
-    ]
+        })
+    return shown
 
 
 def stuck_query(now: datetime, tenant_id: str | None) -> tuple[str, list[object]]:

@@ -56,7 +56,8 @@ _RECENT_SQL = (
     "SELECT status, count(*) FROM chrono_execution WHERE scheduled_for >= %s GROUP BY status"
 )
 _WORKERS_SQL = (
-    "SELECT CASE WHEN NOT is_healthy THEN 'down' WHEN last_heartbeat_at < %s THEN 'silent' "
+    "SELECT CASE WHEN stopped_at IS NOT NULL THEN 'stopped' WHEN NOT is_healthy THEN 'down' "
+    "WHEN last_heartbeat_at < %s THEN 'silent' "
     "ELSE 'healthy' END, count(*), string_agg(DISTINCT queue_name, ',') "
     "FROM chrono_worker WHERE last_heartbeat_at >= %s GROUP BY 1"
 )
@@ -163,12 +164,14 @@ class PlatformCollector:
         workers = _gauge(
             "chrono_workers",
             "Workers heard from in the last hour: healthy, silent (missed their heartbeats, "
-            "not marked down yet: is a reaper running?) or down.", ["health"])
+            "not marked down yet: is a reaper running?), down (lost: stopped heartbeating "
+            "without a final heartbeat) or stopped (a warm shutdown's final heartbeat: a "
+            "deploy, a scale-down).", ["health"])
         seen = {health: count for health, count, _ in worker_rows}
-        for health in ("healthy", "silent", "down"):
+        for health in ("healthy", "silent", "down", "stopped"):
             workers.add_metric([health], seen.get(health, 0))
         for health, _, names in worker_rows:
-            if health != "down":
+            if health not in ("down", "stopped"):
                 queues.update(dict.fromkeys(q for q in (names or "").split(",") if q))
         backlog = _gauge(
             "chrono_audit_outbox_unshipped_rows",

@@ -27,17 +27,20 @@ log = logging.getLogger("chrono.worker")
 
 
 def beat_heart(
-    worker_id: str, *, queue_name: str, healthy: bool = True, event: str | None = None
+    worker_id: str, *, queue_name: str, final: bool = False, event: str | None = None
 ) -> None:
     """Upsert one heartbeat of ``worker_id``; with ``event`` (``audit.WORKER_UP`` on the first
-    heartbeat, ``audit.WORKER_DOWN`` on the final one), its audit row in the same statement."""
+    heartbeat, ``audit.WORKER_DOWN`` on the final one), its audit row in the same statement.
+    The ``final`` one, sent at the end of a warm shutdown, marks the worker stopped (not
+    healthy, ``stopped_at`` set); any other clears ``stopped_at`` (a worker of the same id
+    started again)."""
     at = ms_to_datetime(now_ms())
     upsert = (
         "INSERT INTO chrono_worker (worker_id, queue_name, hostname, pid, started_at, "
-        "last_heartbeat_at, is_healthy) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+        "last_heartbeat_at, is_healthy, stopped_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (worker_id) DO UPDATE SET last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
         "is_healthy = EXCLUDED.is_healthy, queue_name = EXCLUDED.queue_name, "
-        "pid = EXCLUDED.pid"
+        "pid = EXCLUDED.pid, stopped_at = EXCLUDED.stopped_at"
     )
     if event is not None:
         upsert = (
@@ -56,7 +59,8 @@ def beat_heart(
         )
     with connection.cursor() as cursor:
         cursor.execute(
-            upsert, [worker_id, queue_name, socket.gethostname(), os.getpid(), at, at, healthy]
+            upsert, [worker_id, queue_name, socket.gethostname(), os.getpid(), at, at,
+                     not final, at if final else None]
         )
 
 
@@ -86,7 +90,7 @@ class HeartbeatThread(threading.Thread):
                 close_old_connections()
             self.stopping.wait(interval_s)
         try:
-            beat_heart(self.worker_id, queue_name=self.queue_name, healthy=False,
+            beat_heart(self.worker_id, queue_name=self.queue_name, final=True,
                        event=audit.WORKER_DOWN)
         except DatabaseError as exc:
             log.error("final heartbeat of %s failed: %r", self.worker_id, exc)

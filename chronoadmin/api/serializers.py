@@ -365,10 +365,13 @@ class ExecutionSerializer(serializers.ModelSerializer):
 
 
 class WorkerSerializer(serializers.ModelSerializer):
+    """``is_healthy`` is false once the worker is gone; ``stopped_at`` is set when it stopped
+    cleanly (a warm shutdown's final heartbeat), empty while it runs and when it was lost."""
+
     class Meta:
         model = Worker
         fields = ("worker_id", "queue_name", "hostname", "pid", "started_at",
-                  "last_heartbeat_at", "is_healthy")
+                  "last_heartbeat_at", "is_healthy", "stopped_at")
         read_only_fields = fields
 
 

@@ -197,7 +197,7 @@ def test_a_worker_coming_up_and_going_down_writes_platform_documents(
     worker_id = f"w-{uuid.uuid4().hex[:8]}@host"
     beat_heart(worker_id, queue_name="chrono", event=audit.WORKER_UP)
     beat_heart(worker_id, queue_name="chrono")  # an ordinary heartbeat: no document
-    beat_heart(worker_id, queue_name="chrono", healthy=False, event=audit.WORKER_DOWN)
+    beat_heart(worker_id, queue_name="chrono", final=True, event=audit.WORKER_DOWN)
     ship_all(indexer)
 
     docs = documents(search_client, audit_stream, chrono__worker_id=worker_id)

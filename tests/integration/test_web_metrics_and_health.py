@@ -62,6 +62,10 @@ def test_metrics_lists_the_platforms_series_read_from_its_services(tenant, queue
                               last_heartbeat_at=now)
         Worker.objects.create(worker_id="w2@gone", queue_name=queue, is_healthy=False,
                               last_heartbeat_at=now - timedelta(minutes=5))
+        # Stopped cleanly (a deploy): not down.
+        Worker.objects.create(worker_id="w3@deployed", queue_name=queue, is_healthy=False,
+                              last_heartbeat_at=now - timedelta(minutes=4),
+                              stopped_at=now - timedelta(minutes=4))
         jobs = [api.schedule_once("tests.noop", tenant=tenant, queue=queue, delay=3600)
                 for _ in range(3)]
         for job, status in zip(jobs, ("SUCCEEDED", "SUCCEEDED", "FAILED"), strict=True):
@@ -83,6 +87,7 @@ def test_metrics_lists_the_platforms_series_read_from_its_services(tenant, queue
     assert value(text, "chrono_workers", health="healthy") == 1
     assert value(text, "chrono_workers", health="down") == 1
     assert value(text, "chrono_workers", health="silent") == 0
+    assert value(text, "chrono_workers", health="stopped") == 1
     # The queue a live worker consumes is inspected; nobody consumes it here.
     assert value(text, "chrono_queue_consumers", queue=queue) == 0
     assert value(text, "chrono_queue_messages", queue=queue) == 0

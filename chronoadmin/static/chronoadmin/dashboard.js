@@ -10,6 +10,8 @@
   const statusLine = document.getElementById("dash-status");
   let timer = null;
   let charts = null;
+  // A worker's state as the workers table colours it (a stopped one is not an alarm).
+  const WORKER_STATE_CLASS = {up: "health-ok", stopped: "", lost: "health-bad"};
 
   function text(value, unit) {
     if (value === null || value === undefined) return "–";
@@ -128,9 +130,12 @@
     const capped = (n) => (n >= data.stuck.counted_up_to ? `${n}+` : n);
     fillList("stuck", [["lease expired", capped(data.stuck.lease_expired)],
                        ["retries overdue", capped(data.stuck.retry_overdue)]]);
-    const healthy = data.workers.filter((w) => w.healthy).length;
+    // A worker that stopped cleanly (a deploy, a scale-down) is neither up nor a problem:
+    // only lost ones (no final heartbeat) are counted against the fleet.
+    const inState = (state) => data.workers.filter((w) => w.state === state).length;
     fillList("platform", [["timers pending", data.timers_pending],
-                          ["workers healthy", data.tenant ? null : `${healthy} / ${data.workers.length}`]]);
+                          ["workers up", data.tenant ? null : inState("up")],
+                          ["workers lost (hour)", data.tenant ? null : inState("lost")]]);
     drawCharts(data.series);
     fillTable("tasks", data.tasks, (t) => [[t.task], [t.succeeded + t.failed, "num"], [t.failed, "num"],
       [`${(100 * t.failure_rate).toFixed(1)} %`, "num"], [text(t.duration_p50_ms, "ms"), "num"],
@@ -142,7 +147,7 @@
     document.getElementById("platform-card").hidden = Boolean(data.tenant);
     document.getElementById("workers-panel").hidden = Boolean(data.tenant);
     fillTable("workers", data.workers, (w) => [[w.worker_id], [w.queues], [text(w.heartbeat_age_s, "s"), "num"],
-      [w.running, "num"], [w.healthy ? "healthy" : "unhealthy", w.healthy ? "health-ok" : "health-bad"]]);
+      [w.running, "num"], [w.state, WORKER_STATE_CLASS[w.state]]]);
     // When the page last redrew; the figures' own time and age are drawSource's.
     statusLine.textContent = `updated ${new Date().toLocaleTimeString()}` +
       (data.tenant ? ` · tenant ${data.tenant}` : " · all tenants");
