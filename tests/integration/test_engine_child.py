@@ -85,7 +85,6 @@ def test_a_child_whose_parent_is_killed_stops(tmp_path):
     assert wait_for(lambda: process_gone(child_pid), timeout_s=5)
 
 
-
 def test_a_child_that_could_not_be_started_is_tried_again(tmp_path, monkeypatch):
     monkeypatch.setattr(engine_child, "RESTART_BACKOFF_S", (0.2, 0.4))
     program, ran = tmp_path / "engine", tmp_path / "ran"
