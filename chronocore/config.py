@@ -221,7 +221,8 @@ class ChronoConfig:
     # every retention_interval_ms, 0: never). chrono_execution is partitioned by UTC day of
     # scheduled_for: execution_partitions_ahead_days days are created ahead, and a day older
     # than execution_retention_days is dropped once every execution in it is final and every
-    # audit row of them is shipped to the search engine.
+    # audit row of them is shipped to the search engine; jobs that ended and workflow runs that
+    # finished that long ago are deleted once none of their executions is left.
     execution_retention_days: int = 7
     execution_partitions_ahead_days: int = 7
     retention_interval_ms: int = 3_600_000

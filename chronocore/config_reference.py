@@ -203,7 +203,8 @@ DESCRIPTIONS: dict[str, str] = {
     "lifecycle policy (ILM/ISM) this many days after their index rolled over (daily).",
     "execution_retention_days": "Executions scheduled more than this many UTC days ago are "
     "dropped from PostgreSQL with their day's partition, once every one of them is final and "
-    "their audit events are shipped (docs/operations.md, \"Retention\").",
+    "their audit events are shipped; jobs that ended and workflow runs that finished that long "
+    "ago are deleted once nothing of theirs is left (docs/operations.md, \"Retention\").",
     "execution_partitions_ahead_days": "Daily partitions of the executions table created "
     "ahead of today.",
     "retention_interval_ms": "How often the reaper runs the retention pass (partitions ahead, "

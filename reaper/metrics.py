@@ -72,6 +72,13 @@ class ReaperCollector:
             for queue, count in sorted(per_queue.items()):
                 family.add_metric([queue], count)
             yield family
+        deleted = CounterMetricFamily(
+            "chrono_reaper_retention_deleted",
+            "Rows of things that ended before the retention cutoff deleted by the retention "
+            "passes: ended jobs, finished workflow runs.", labels=["what"])
+        for what, count in sorted(counters.retention_deleted.items()):
+            deleted.add_metric([what.replace(" ", "_")], count)
+        yield deleted
 
 
 def reaper_checks(reaper: Reaper) -> dict[str, Check]:

@@ -17,8 +17,9 @@ Every ``reaper_interval_ms``:
    folded (:mod:`scheduler.job_counts`);
 6. every ``retention_interval_ms`` (and at its start), the retention pass
    (:mod:`scheduler.retention`: the executions' partitions ahead, expired days dropped once
-   shipped, shipped audit rows deleted), followed by one scan of steps 2 and 3 over every
-   partition.
+   shipped, shipped audit rows deleted, ended jobs and finished workflow runs past the cutoff
+   deleted: within a minute again while some of those are left), followed by one scan of
+   steps 2 and 3 over every partition.
 
 The scans of steps 2 and 3 read only executions scheduled within the last
 ``reaper_scan_window_days`` (the partitions of those days: ``scheduled_for`` is the partition
@@ -83,6 +84,8 @@ class ReaperCounters:
     # without a lifecycle of its own), and the streams the last pass could not change (a gauge).
     stream_indices_deleted: int = 0
     streams_failed: int = 0
+    # Ended rows the passes deleted, by what they are ("ended jobs", "finished workflow runs").
+    retention_deleted: Counter[str] = field(default_factory=Counter)
     # Per queue: executions flagged as undelivered, and flags taken off (a consumer came).
     undelivered_flagged: Counter[str] = field(default_factory=Counter)
     undelivered_cleared: Counter[str] = field(default_factory=Counter)
@@ -158,7 +161,10 @@ class Reaper:
         while self.reap_lost(since=None) == BATCH:
             pass
         self.resend_overdue_retries(since=None)
-        self._next_retention_ms = now_ms() + self.config.retention_interval_ms
+        # Ended rows left for want of time are deleted at a pass within the minute.
+        self._next_retention_ms = now_ms() + (
+            min(RETENTION_RETRY_MS, self.config.retention_interval_ms)
+            if report is not None and report.more_left else self.config.retention_interval_ms)
         if report is not None:
             self.counters.retention_passes += 1
             self.counters.partitions_dropped += len(report.dropped)
@@ -166,6 +172,7 @@ class Reaper:
             if not report.dry_run:
                 self.counters.stream_indices_deleted += sum(
                     len(stream.deleted) for stream in report.streams)
+                self.counters.retention_deleted.update(report.deleted)
             self.counters.streams_failed = len(report.streams_failed)
         return report
 

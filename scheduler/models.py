@@ -162,6 +162,12 @@ class Job(models.Model):
                 name="job_pending_timer_key_idx",
                 condition=models.Q(status="ACTIVE", next_run_at__isnull=False),
             ),
+            # Ended jobs, oldest end first, for the retention pass (scheduler.ended_jobs).
+            models.Index(
+                fields=["updated_at"],
+                name="job_ended_idx",
+                condition=models.Q(status__in=["COMPLETED", "CANCELLED"]),
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -12,7 +12,12 @@ One pass (``chrono retention``, and the reaper every ``retention_interval_ms``):
 3. deletes the default partition's expired rows on the same conditions, row by row;
 4. deletes the audit outbox rows shipped more than ``audit_outbox_keep_hours`` ago (the
    indexer does too);
-5. on a search engine that applies no lifecycle policy (OpenSearch without its ISM plugin),
+5. deletes what ended before the executions' cutoff and has nothing left in the days kept:
+   workflow runs that finished (:mod:`workflows.retention`, a receiver of
+   :data:`retention_pass`: this layer does not import workflows), then jobs that ended
+   (:mod:`scheduler.ended_jobs`); for at most :data:`DELETE_BUDGET_S` a pass, the rest at the
+   next (the reaper comes back within a minute when some was left);
+6. on a search engine that applies no lifecycle policy (OpenSearch without its ISM plugin),
    applies the audit and execution-log streams' policy itself: rolls them over daily and deletes
    their indices rolled over longer ago than their retention (:mod:`search.stream_lifecycle`).
    An engine that cannot be reached fails this step alone; the next pass tries again.
@@ -28,14 +33,16 @@ skips its turn. ``dry_run`` changes nothing and reports what a pass would do.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connection
+from django.dispatch import Signal
 from django.utils import timezone
 
-from scheduler import partitions
+from scheduler import ended_jobs, partitions
 from scheduler.partitions import DropOutcome
 from search import outbox_retention, stream_lifecycle
 from search.stream_lifecycle import StreamOutcome
@@ -46,6 +53,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("chrono.retention")
 
 _LOCK_KEY = "chrono-retention"
+# The deletions of ended rows (step 5) stop after this long and go on at the next pass, so a
+# backlog of them (a first pass over a year of jobs) never holds up the reaper's other work.
+DELETE_BUDGET_S = 10.0
+ENDED_JOBS = "ended jobs"
+
+# Sent once a pass, before the ended jobs are deleted, with ``before`` (the cutoff), ``dry_run``
+# and ``should_stop`` (the deletions' budget is spent); a receiver deletes (or, on a dry run,
+# counts) what its app keeps of things that ended before the cutoff and returns a
+# :class:`Deleted`.
+retention_pass = Signal()
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What one deletion of ended rows did: ``count`` of ``what``; ``more_left`` when it
+    stopped for the budget with some left."""
+
+    what: str
+    count: int
+    more_left: bool = False
 
 
 @dataclass
@@ -62,6 +89,11 @@ class RetentionReport:
     failed: dict[date, str] = field(default_factory=dict)
     default_rows_deleted: int = 0
     audit_rows_deleted: int = 0
+    # Ended rows deleted (counted, on a dry run), by what they are: "ended jobs", and what
+    # the receivers of retention_pass returned.
+    deleted: dict[str, int] = field(default_factory=dict)
+    # Some were left for the next pass (the budget spent).
+    more_left: bool = False
     streams: list[StreamOutcome] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -82,6 +114,9 @@ class RetentionReport:
         out.append(f"{verb}delete {self.default_rows_deleted} expired rows of the default "
                    "partition")
         out.append(f"{verb}delete {self.audit_rows_deleted} shipped audit outbox rows")
+        out += [f"{verb}delete {count} {what}" for what, count in self.deleted.items()]
+        if self.more_left:
+            out.append("more ended rows are left for the next pass")
         for stream in self.streams:
             out += stream.lines(dry_run=self.dry_run)
         return out
@@ -129,6 +164,7 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
         report.audit_rows_deleted = (
             outbox_retention.count_shipped(shipped_before) if dry_run
             else outbox_retention.delete_shipped(shipped_before))
+        _ended(report, cutoff)
         report.streams = stream_lifecycle.run(config, dry_run=dry_run, at_ms=streams_at_ms)
     finally:
         _unlock()
@@ -138,6 +174,27 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
         log.warning("retention: data stream %s not changed, tried again at the next pass: %s",
                     stream.stream, stream.error)
     return report
+
+
+def _ended(report: RetentionReport, before: datetime) -> None:
+    """Step 5: what ended before ``before``, within :data:`DELETE_BUDGET_S`."""
+    deadline = time.monotonic() + DELETE_BUDGET_S
+
+    def spent() -> bool:
+        return time.monotonic() >= deadline
+
+    outcomes = [outcome for _, outcome in retention_pass.send(
+        sender=RetentionReport, before=before, dry_run=report.dry_run, should_stop=spent)]
+    if report.dry_run:
+        outcomes.append(Deleted(ENDED_JOBS, ended_jobs.count_expired(before)))
+    elif not spent():
+        outcomes.append(Deleted(ENDED_JOBS, *ended_jobs.delete_expired(before,
+                                                                       should_stop=spent)))
+    else:
+        outcomes.append(Deleted(ENDED_JOBS, 0, more_left=True))
+    for outcome in outcomes:
+        report.deleted[outcome.what] = report.deleted.get(outcome.what, 0) + outcome.count
+        report.more_left |= outcome.more_left
 
 
 def _partitions(config: ChronoConfig, report: RetentionReport) -> None:

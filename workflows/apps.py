@@ -9,3 +9,8 @@ class WorkflowsConfig(AppConfig):
     name = "workflows"
     verbose_name = "Workflows"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The retention pass (scheduler.retention, which may not import this app) deletes the
+        # finished runs through this receiver, in every process that runs a pass.
+        from workflows import retention  # noqa: F401

@@ -91,6 +91,9 @@ class WorkflowRun(models.Model):
                          condition=models.Q(status="RUNNING", deadline_at__isnull=False)),
             models.Index(fields=["parent_run_id"], name="workflow_run_parent_idx",
                          condition=models.Q(parent_run_id__isnull=False)),
+            # Finished runs, oldest first, for the retention pass (workflows.retention).
+            models.Index(fields=["finished_at"], name="workflow_run_finished_idx",
+                         condition=models.Q(finished_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
