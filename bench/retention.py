@@ -32,11 +32,20 @@ files; no one may be connected to the template)::
 
 A reused day's rows are counted and printed (``reused_rows``); ``--rows`` is not checked
 against them.
+
+``--ended-jobs N`` also measures the pass's deletion of jobs that ended
+(:mod:`scheduler.ended_jobs`): N COMPLETED one-time jobs of the benchmark tenant that ended 60
+days ago (one ``INSERT … SELECT generate_series``, vacuumed and analysed), among as many that
+ended yesterday and as many ACTIVE ones (which it must leave), then
+:func:`scheduler.ended_jobs.delete_expired` over them with the executions of the days kept
+probed as the pass probes them. Prints ``ended_jobs``: how many were deleted, the rate, and
+each batch's time (``batch_ms``, :data:`scheduler.ended_jobs.DELETE_BATCH` jobs a batch).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import threading
 import time
 import uuid
@@ -49,7 +58,7 @@ from bench.ceilings import reports_ceilings
 from bench.common import summarize_ms
 from bench.platform import bench_platform
 from chronocore.models import Tenant
-from scheduler import partitions
+from scheduler import ended_jobs, partitions
 
 FIRST_DAY_BACK = 60
 KEPT_TENANT = "bench-retention-kept"
@@ -68,9 +77,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     mode.add_argument("--reuse", action="store_true",
                       help="drop a day already there (of an earlier --keep) without refilling "
                            "it; fill only the missing days")
+    parser.add_argument("--ended-jobs", type=int, default=0,
+                        help="also delete this many jobs that ended 60 days ago, as the pass "
+                             "does, and time it")
     args = parser.parse_args(argv)
-    if args.rows < 0 or args.repeat < 1:
-        parser.error("--rows must be at least 0 and --repeat at least 1")
+    if args.rows < 0 or args.repeat < 1 or args.ended_jobs < 0:
+        parser.error("--rows and --ended-jobs must be at least 0 and --repeat at least 1")
     return args
 
 
@@ -119,6 +131,49 @@ def fill(start: datetime, end: datetime, rows: int, tenant_id: uuid.UUID) -> Non
         # Vacuumed too, as a platform's history has long been: otherwise the run measured next
         # pays for autovacuum's first pass and the first reads' hint-bit writes.
         cursor.execute("VACUUM (ANALYZE) chrono_execution")
+
+
+def fill_jobs(jobs: int, tenant_id: uuid.UUID, *, status: str, ended_days_ago: int) -> None:
+    """``jobs`` one-time jobs of ``status`` whose last change was ``ended_days_ago`` days ago,
+    by one ``INSERT … SELECT generate_series``; the table vacuumed and analysed after."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO chrono_job (job_id, tenant_id, name, job_type, timezone, next_run_at, "
+            "status, retry_count, max_retries, args, kwargs, queue, cancelled_by, updated_at) "
+            "SELECT gen_random_uuid(), %s, 'bench-ended-' || n, 'chrono.noop', 'UTC', "
+            "CASE WHEN %s = 'ACTIVE' THEN now() + interval '1 day' END, %s, 0, 0, '[]', '{}', "
+            "'bench', '', now() - %s * interval '1 day' - n * interval '1 ms' "
+            "FROM generate_series(1, %s) AS n",
+            [tenant_id, status, status, ended_days_ago, jobs])
+        cursor.execute("VACUUM (ANALYZE) chrono_job")
+
+
+def delete_ended_jobs(jobs: int, tenant_id: uuid.UUID) -> dict[str, object]:
+    """The pass's deletion of ``jobs`` ended jobs among as many recent and active ones."""
+    started = time.perf_counter()
+    fill_jobs(jobs, tenant_id, status="COMPLETED", ended_days_ago=FIRST_DAY_BACK)
+    fill_jobs(jobs, tenant_id, status="COMPLETED", ended_days_ago=1)
+    fill_jobs(jobs, tenant_id, status="ACTIVE", ended_days_ago=FIRST_DAY_BACK)
+    setup_s = time.perf_counter() - started
+    cutoff, _ = partitions.day_bounds(partitions.today_utc() - timedelta(days=7))
+    marks = [time.perf_counter()]
+
+    def note_batch() -> bool:  # called after each full batch
+        marks.append(time.perf_counter())
+        return False
+
+    deleted, _ = ended_jobs.delete_expired(cutoff, should_stop=note_batch)
+    marks.append(time.perf_counter())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM chrono_job WHERE tenant_id = %s", [tenant_id])
+        left = int(cursor.fetchone()[0])
+    took_s = marks[-1] - marks[0]
+    return {"deleted": deleted, "left": left, "expected_left": 2 * jobs,
+            "per_s": round(deleted / took_s) if took_s > 0 else None,
+            "took_s": round(took_s, 2),
+            "batch_ms": summarize_ms([(b - a) * 1000
+                                      for a, b in itertools.pairwise(marks)]),
+            "setup_s": round(setup_s, 1)}
 
 
 @contextmanager
@@ -202,9 +257,12 @@ def run(argv: list[str]) -> dict[str, object]:
             for phase, took in outcome.timings_ms.items():
                 phases[phase].append(took)
             locked_ms.append(outcome.locked_ms)
+        ended = (delete_ended_jobs(args.ended_jobs, platform.tenant.tenant_id)
+                 if args.ended_jobs else None)
     return {"bench": "retention", "rows_per_day": args.rows, "repeat": args.repeat,
             "kept": args.keep, "reused_rows": reused_rows,
             "drop_ms": summarize_ms(drop_ms),
             "phases_ms": {phase: summarize_ms(took) for phase, took in phases.items()},
             "locked_ms": summarize_ms(locked_ms), "writer_wait_ms": summarize_ms(writer_wait_ms),
-            "create_ms": summarize_ms(create_ms), "setup_s": round(setup_s, 1)}
+            "create_ms": summarize_ms(create_ms), "setup_s": round(setup_s, 1),
+            "ended_jobs": ended}
