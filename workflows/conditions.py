@@ -37,9 +37,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
-
-import cel
 
 from workflows.arguments import StepOutcome
 from workflows.states import StepStatus
@@ -67,6 +66,17 @@ class _Token:
     text: str
 
 
+def library() -> ModuleType:
+    """The CEL library, imported when first needed: its package imports its own command-line
+    interface (typer, prompt_toolkit, rich: ~150 ms and ~10 MB), which every Chrono process
+    that never compiles a condition (the beat, the reaper, a worker, each ``chrono`` command)
+    paid at start. The workflow engine loads it at its own start
+    (``chrono workflow-engine``), so no run's first condition waits for it."""
+    import cel
+
+    return cel
+
+
 @dataclass(frozen=True)
 class ConditionResult:
     """A condition's verdict: ``passed``, or ``error`` saying why it could not be evaluated."""
@@ -92,7 +102,7 @@ class Condition:
         if len(source) > MAX_CONDITION_LENGTH:
             raise ValueError(f"a condition is at most {MAX_CONDITION_LENGTH} characters")
         try:
-            program = cel.compile(source)
+            program = library().compile(source)
         except Exception as e:  # the library raises ValueError; translate whatever it raises
             raise ValueError(f"invalid expression: {_syntax_error(str(e))}") from None
         tokens = _tokenize(source)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from workflows.conditions import MAX_CONDITION_LENGTH, Condition
@@ -81,3 +85,19 @@ def test_comprehension_variables_are_not_unknown_names():
 
 def test_a_compiled_condition_compares_by_its_source():
     assert Condition.compile("input.a") == Condition.compile("input.a")
+
+
+def test_the_cel_library_is_loaded_by_the_first_compile_not_by_django_setup():
+    """Its package imports its command-line interface (prompt_toolkit, typer): ~150 ms at the
+    start of every process that never compiles a condition."""
+    code = (
+        "import sys, django; django.setup()\n"
+        "assert 'cel' not in sys.modules and 'prompt_toolkit' not in sys.modules, 'at setup'\n"
+        "from workflows.conditions import Condition\n"
+        "assert Condition.compile('input.x > 1').evaluate({'x': 2}, {}).passed\n"
+        "assert 'cel' in sys.modules\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chronoadmin.settings"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand
 
 from chronocore import logs
 from chronocore.service_checks import check_at_start
+from workflows import conditions
 from workflows.engine import EngineListener
 from workflows.engine_child import exit_with_parent
 
@@ -28,6 +29,7 @@ class Command(BaseCommand):
         logs.configure(log_level, log_format)
         if parent_pid is None:  # a worker's child: the worker checked the services as it started
             check_at_start("workflow-engine", log_format=log_format)
+        conditions.library()  # loaded now, not while a run's first condition waits for it
         listener = EngineListener()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: listener.stop())
