@@ -1,6 +1,6 @@
 """The retention pass deletes jobs that ended and workflow runs that finished before its cutoff,
-once nothing of theirs is left in the days it keeps, against real PostgreSQL (and the reaper's
-series)."""
+once nothing of theirs is left in the days it keeps, and workers not heard from since, against
+real PostgreSQL (and the reaper's series)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from django.db import connection
 from django.utils import timezone
 
 from chronocore.config import get_config
+from reaper import retention as worker_retention
 from reaper.metrics import ReaperCollector
+from reaper.models import Worker
 from reaper.reaper import RETENTION_RETRY_MS, Reaper
 from scheduler import api, ended_jobs, job_counts, partitions, retention
 from scheduler.clock import now_ms
@@ -199,3 +201,24 @@ def test_the_reaper_counts_what_its_passes_deleted_and_comes_back_soon_when_some
     finally:
         reaper.publisher.close()
         reaper.inspector.close()
+
+
+def test_workers_not_heard_from_since_the_cutoff_go_and_the_others_stay():
+    now = timezone.now()
+    rows = {name: Worker.objects.create(worker_id=name, queue_name="chrono",
+                                        last_heartbeat_at=now - timedelta(days=days),
+                                        is_healthy=healthy,
+                                        stopped_at=now - timedelta(days=days) if stopped else None)
+            for name, days, healthy, stopped in (("celery@pod-old-stopped", 10, False, True),
+                                                 ("celery@pod-old-lost", 9, False, False),
+                                                 ("celery@pod-recent-stopped", 1, False, True),
+                                                 ("celery@pod-up", 0, True, False))}
+
+    assert run_retention(config(), dry_run=True).deleted[worker_retention.WHAT] == 2
+    assert Worker.objects.count() == len(rows)
+    report = run_retention(config())
+
+    assert report.deleted[worker_retention.WHAT] == 2
+    assert "delete 2 workers gone" in report.lines()
+    assert set(Worker.objects.values_list("worker_id", flat=True)) == {
+        "celery@pod-recent-stopped", "celery@pod-up"}
