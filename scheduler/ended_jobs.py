@@ -22,6 +22,7 @@ by another transaction are skipped and taken at the next pass.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
@@ -52,24 +53,41 @@ _DELETE_SQL = (
 )
 
 
-def count_expired(before: datetime) -> int:
-    """How many jobs :func:`delete_expired` would delete (a dry run)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_COUNT_SQL, [before])
-        return int(cursor.fetchone()[0])
+@dataclass(frozen=True)
+class ExpiredRows:
+    """Rows of things that ended, counted by ``count_sql`` and deleted by ``delete_sql`` (each
+    with the cutoff as its parameter; the deletion's last parameter is its batch, and it
+    selects how many it deleted)."""
 
+    count_sql: str
+    delete_sql: str
+    batch: int
 
-def delete_expired(before: datetime, *, batch: int = DELETE_BATCH,
-                   should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
-    """Delete the jobs that ended before ``before`` with no execution left, ``batch`` at a
-    time, until none is left or ``should_stop()``; (how many, whether some may be left)."""
-    total = 0
-    while True:
+    def count(self, before: datetime) -> int:
+        """How many :meth:`delete` would delete (a dry run)."""
         with connection.cursor() as cursor:
-            cursor.execute(_DELETE_SQL, [before, batch])
-            deleted = int(cursor.fetchone()[0])
-        total += deleted
-        if deleted < batch:
-            return total, False
-        if should_stop():
-            return total, True
+            cursor.execute(self.count_sql, [before])
+            return int(cursor.fetchone()[0])
+
+    def delete(self, before: datetime, *, batch: int | None = None,
+               should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
+        """Delete them, a batch a statement (short, so no long lock and no huge
+        transaction), until none is left or ``should_stop()``; (how many, whether some may
+        be left)."""
+        size = batch or self.batch
+        total = 0
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(self.delete_sql, [before, size])
+                deleted = int(cursor.fetchone()[0])
+            total += deleted
+            if deleted < size:
+                return total, False
+            if should_stop():
+                return total, True
+
+
+# The jobs that ended before a cutoff with no execution left.
+EXPIRED = ExpiredRows(_COUNT_SQL, _DELETE_SQL, DELETE_BATCH)
+count_expired = EXPIRED.count
+delete_expired = EXPIRED.delete

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import connection
 from django.dispatch import receiver
 
+from scheduler.ended_jobs import ExpiredRows
 from scheduler.retention import Deleted, RetentionReport, retention_pass
 from workflows.states import TERMINAL_RUN_STATUSES
 
@@ -56,28 +56,10 @@ _DELETE_SQL = (
 )
 
 
-def count_expired(before: datetime) -> int:
-    """How many runs :func:`delete_expired` would delete (a dry run)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_COUNT_SQL, [before])
-        return int(cursor.fetchone()[0])
-
-
-def delete_expired(before: datetime, *, batch: int = DELETE_BATCH,
-                   should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
-    """Delete the runs that finished before ``before`` and may go, with their task rows,
-    ``batch`` runs at a time, until none is left or ``should_stop()``; (how many, whether
-    some may be left)."""
-    total = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(_DELETE_SQL, [before, batch])
-            deleted = int(cursor.fetchone()[0])
-        total += deleted
-        if deleted < batch:
-            return total, False
-        if should_stop():
-            return total, True
+# The runs that finished before a cutoff and may go.
+EXPIRED = ExpiredRows(_COUNT_SQL, _DELETE_SQL, DELETE_BATCH)
+count_expired = EXPIRED.count
+delete_expired = EXPIRED.delete
 
 
 @receiver(retention_pass, sender=RetentionReport, dispatch_uid="workflows.retention")
