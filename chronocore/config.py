@@ -229,6 +229,9 @@ class ChronoConfig:
     # The reaper's every-pass scans of running and retry-waiting executions read the partitions
     # of the last reaper_scan_window_days only; each retention pass scans them all once.
     reaper_scan_window_days: int = 2
+    # The dashboard's per-minute rollups (chrono_execution_rollup) are deleted this long after
+    # their minute by the retention pass; the dashboard reads the last hour.
+    rollup_retention_hours: int = 48
 
     @property
     def credentials_path(self) -> Path:
@@ -302,6 +305,7 @@ class ChronoConfig:
             ("execution_partitions_ahead_days", 1),
             ("retention_interval_ms", 0),
             ("reaper_scan_window_days", 1),
+            ("rollup_retention_hours", 2),
             ("undelivered_flag_after_ms", 1_000),
             ("undelivered_check_interval_ms", 100),
             ("dashboard_snapshot_interval_ms", 0),

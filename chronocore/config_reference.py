@@ -55,7 +55,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "execution_log_retention_days")),
     ("Retention (chrono retention)", (
         "execution_retention_days", "execution_partitions_ahead_days", "retention_interval_ms",
-        "reaper_scan_window_days")),
+        "reaper_scan_window_days", "rollup_retention_hours")),
     ("Tests", ("test_database_name", "test_redis_db")),
 )
 
@@ -213,6 +213,9 @@ DESCRIPTIONS: dict[str, str] = {
     "reaper_scan_window_days": "The reaper's every-second scans of running and retry-waiting "
     "executions read only the partitions of this many last days; each retention pass scans "
     "them all.",
+    "rollup_retention_hours": "The dashboard's per-minute counters (chrono_execution_rollup) "
+    "are deleted by the retention pass this many hours after their minute (the dashboard shows "
+    "the last hour; at least 2).",
     "audit_outbox_keep_hours": "Shipped rows of the PostgreSQL audit outbox are deleted this "
     "long after they were shipped.",
     "indexer_batch_size": "Outbox rows per `_bulk` request of the indexer (`chrono indexer "

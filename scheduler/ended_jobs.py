@@ -21,12 +21,7 @@ by another transaction are skipped and taken at the next pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
-
-from django.db import connection
-
+from scheduler.expiry import ExpiredRows
 from scheduler.models import JobStatus
 
 DELETE_BATCH = 10_000
@@ -51,40 +46,6 @@ _DELETE_SQL = (
     "watches AS (DELETE FROM chrono_job_watch w USING jobs g WHERE w.job_id = g.job_id) "
     "SELECT count(*) FROM jobs"
 )
-
-
-@dataclass(frozen=True)
-class ExpiredRows:
-    """Rows of things that ended, counted by ``count_sql`` and deleted by ``delete_sql`` (each
-    with the cutoff as its parameter; the deletion's last parameter is its batch, and it
-    selects how many it deleted)."""
-
-    count_sql: str
-    delete_sql: str
-    batch: int
-
-    def count(self, before: datetime) -> int:
-        """How many :meth:`delete` would delete (a dry run)."""
-        with connection.cursor() as cursor:
-            cursor.execute(self.count_sql, [before])
-            return int(cursor.fetchone()[0])
-
-    def delete(self, before: datetime, *, batch: int | None = None,
-               should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
-        """Delete them, a batch a statement (short, so no long lock and no huge
-        transaction), until none is left or ``should_stop()``; (how many, whether some may
-        be left)."""
-        size = batch or self.batch
-        total = 0
-        while True:
-            with connection.cursor() as cursor:
-                cursor.execute(self.delete_sql, [before, size])
-                deleted = int(cursor.fetchone()[0])
-            total += deleted
-            if deleted < size:
-                return total, False
-            if should_stop():
-                return total, True
 
 
 # The jobs that ended before a cutoff with no execution left.

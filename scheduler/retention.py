@@ -15,7 +15,8 @@ One pass (``chrono retention``, and the reaper every ``retention_interval_ms``):
 5. deletes what ended before the executions' cutoff and has nothing left in the days kept:
    workflow runs that finished (:mod:`workflows.retention`, a receiver of
    :data:`retention_pass`: this layer does not import workflows), then jobs that ended
-   (:mod:`scheduler.ended_jobs`); for at most :data:`DELETE_BUDGET_S` a pass, the rest at the
+   (:mod:`scheduler.ended_jobs`), and the dashboard's rollups older than
+   ``rollup_retention_hours``; for at most :data:`DELETE_BUDGET_S` a pass, the rest at the
    next (the reaper comes back within a minute when some was left);
 6. on a search engine that applies no lifecycle policy (OpenSearch without its ISM plugin),
    applies the audit and execution-log streams' policy itself: rolls them over daily and deletes
@@ -42,7 +43,7 @@ from django.db import DatabaseError, connection
 from django.dispatch import Signal
 from django.utils import timezone
 
-from scheduler import ended_jobs, partitions
+from scheduler import ended_jobs, partitions, rollups
 from scheduler.partitions import DropOutcome
 from search import outbox_retention, stream_lifecycle
 from search.stream_lifecycle import StreamOutcome
@@ -57,6 +58,7 @@ _LOCK_KEY = "chrono-retention"
 # backlog of them (a first pass over a year of jobs) never holds up the reaper's other work.
 DELETE_BUDGET_S = 10.0
 ENDED_JOBS = "ended jobs"
+ROLLUP_ROWS = "dashboard rollup rows"
 
 # Sent once a pass, before the ended jobs are deleted, with ``before`` (the cutoff), ``dry_run``
 # and ``should_stop`` (the deletions' budget is spent); a receiver deletes (or, on a dry run,
@@ -164,7 +166,8 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
         report.audit_rows_deleted = (
             outbox_retention.count_shipped(shipped_before) if dry_run
             else outbox_retention.delete_shipped(shipped_before))
-        _ended(report, cutoff)
+        _ended(report, cutoff,
+               timezone.now() - timedelta(hours=config.rollup_retention_hours))
         report.streams = stream_lifecycle.run(config, dry_run=dry_run, at_ms=streams_at_ms)
     finally:
         _unlock()
@@ -176,8 +179,9 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
     return report
 
 
-def _ended(report: RetentionReport, before: datetime) -> None:
-    """Step 5: what ended before ``before``, within :data:`DELETE_BUDGET_S`."""
+def _ended(report: RetentionReport, before: datetime, rollups_before: datetime) -> None:
+    """Step 5: what ended before ``before`` (the rollups: before ``rollups_before``), within
+    :data:`DELETE_BUDGET_S`."""
     deadline = time.monotonic() + DELETE_BUDGET_S
 
     def spent() -> bool:
@@ -185,13 +189,14 @@ def _ended(report: RetentionReport, before: datetime) -> None:
 
     outcomes = [outcome for _, outcome in retention_pass.send(
         sender=RetentionReport, before=before, dry_run=report.dry_run, should_stop=spent)]
-    if report.dry_run:
-        outcomes.append(Deleted(ENDED_JOBS, ended_jobs.count_expired(before)))
-    elif not spent():
-        outcomes.append(Deleted(ENDED_JOBS, *ended_jobs.delete_expired(before,
-                                                                       should_stop=spent)))
-    else:
-        outcomes.append(Deleted(ENDED_JOBS, 0, more_left=True))
+    for what, rows, cutoff in ((ENDED_JOBS, ended_jobs.EXPIRED, before),
+                               (ROLLUP_ROWS, rollups.EXPIRED, rollups_before)):
+        if report.dry_run:
+            outcomes.append(Deleted(what, rows.count(cutoff)))
+        elif not spent():
+            outcomes.append(Deleted(what, *rows.delete(cutoff, should_stop=spent)))
+        else:
+            outcomes.append(Deleted(what, 0, more_left=True))
     for outcome in outcomes:
         report.deleted[outcome.what] = report.deleted.get(outcome.what, 0) + outcome.count
         report.more_left |= outcome.more_left

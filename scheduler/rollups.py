@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connection
 
+from scheduler.expiry import ExpiredRows
+
 log = logging.getLogger("chrono.rollups")
 
 # Upper bounds (ms, inclusive) of the histogram buckets; one more bucket holds everything above.
@@ -217,6 +219,19 @@ def rebuild_platform_task_totals(since_ms: int) -> None:
             "WHERE tenant_id = %s AND task <> %s AND minute >= to_timestamp(%s / 1000.0) "
             "GROUP BY minute, tenant_id",
             [ALL_TASKS, ALL_TENANTS, ALL_TASKS, since_ms])
+
+
+# Rows of minutes before a cutoff, oldest first: the retention pass deletes them
+# (rollup_retention_hours after their minute; the dashboard reads the last hour).
+_EXPIRED = "SELECT id FROM chrono_execution_rollup WHERE minute < %s"
+EXPIRED = ExpiredRows(
+    f"SELECT count(*) FROM ({_EXPIRED}) x",  # nosec B608 # constants
+    f"WITH doomed AS ({_EXPIRED} ORDER BY minute LIMIT %s), "  # nosec B608 # constants
+    "gone AS (DELETE FROM chrono_execution_rollup r USING doomed d WHERE r.id = d.id "
+    "  RETURNING r.id) "
+    "SELECT count(*) FROM gone",
+    batch=10_000,
+)
 
 
 COLUMNS = ("minute", "tenant_id", "task", "dispatched", "started", "succeeded", "failed",

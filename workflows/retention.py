@@ -29,7 +29,7 @@ from datetime import datetime
 
 from django.dispatch import receiver
 
-from scheduler.ended_jobs import ExpiredRows
+from scheduler.expiry import ExpiredRows
 from scheduler.retention import Deleted, RetentionReport, retention_pass
 from workflows.states import TERMINAL_RUN_STATUSES
 

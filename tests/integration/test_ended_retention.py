@@ -1,6 +1,6 @@
 """The retention pass deletes jobs that ended and workflow runs that finished before its cutoff,
-once nothing of theirs is left in the days it keeps, and workers not heard from since, against
-real PostgreSQL (and the reaper's series)."""
+once nothing of theirs is left in the days it keeps, workers not heard from since and the
+dashboard's old rollups, against real PostgreSQL (and the reaper's series)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from reaper import retention as worker_retention
 from reaper.metrics import ReaperCollector
 from reaper.models import Worker
 from reaper.reaper import RETENTION_RETRY_MS, Reaper
-from scheduler import api, ended_jobs, job_counts, partitions, retention
+from scheduler import api, ended_jobs, job_counts, partitions, retention, rollups
 from scheduler.clock import now_ms
 from scheduler.dispatch import Publisher
-from scheduler.models import Execution, ExecutionStatus, Job
+from scheduler.models import Execution, ExecutionRollup, ExecutionStatus, Job
 from scheduler.retention import run_retention
 from scheduler.timers import timer_store
 from tests.integration.workflow_support import run_step_job
@@ -222,3 +222,20 @@ def test_workers_not_heard_from_since_the_cutoff_go_and_the_others_stay():
     assert "delete 2 workers gone" in report.lines()
     assert set(Worker.objects.values_list("worker_id", flat=True)) == {
         "celery@pod-recent-stopped", "celery@pod-up"}
+
+
+def test_dashboard_rollups_older_than_their_retention_go_and_the_last_hours_stay(tenant):
+    now = timezone.now().replace(second=0, microsecond=0)
+    old, recent = (ExecutionRollup.objects.create(
+        minute=now - age, tenant_id=tenant.tenant_id, task="tests.noop", dispatched=1,
+        dispatch_lateness=[0] * rollups.BUCKETS, start_lateness=[0] * rollups.BUCKETS,
+        duration=[0] * rollups.BUCKETS)
+        for age in (timedelta(hours=49), timedelta(hours=1)))
+
+    assert run_retention(config(), dry_run=True).deleted[retention.ROLLUP_ROWS] >= 1
+    assert ExecutionRollup.objects.filter(pk=old.pk).exists()
+    report = run_retention(config(rollup_retention_hours=48))
+
+    assert report.deleted[retention.ROLLUP_ROWS] >= 1
+    assert not ExecutionRollup.objects.filter(pk=old.pk).exists()
+    assert ExecutionRollup.objects.filter(pk=recent.pk).exists()

@@ -1,0 +1,44 @@
+"""Rows of things that ended, counted and deleted in batches: what the retention pass
+(:mod:`scheduler.retention`, step 5) runs for each kind of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+
+@dataclass(frozen=True)
+class ExpiredRows:
+    """Rows of things that ended, counted by ``count_sql`` and deleted by ``delete_sql`` (each
+    with the cutoff as its parameter; the deletion's last parameter is its batch, and it
+    selects how many it deleted)."""
+
+    count_sql: str
+    delete_sql: str
+    batch: int
+
+    def count(self, before: datetime) -> int:
+        """How many :meth:`delete` would delete (a dry run)."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.count_sql, [before])
+            return int(cursor.fetchone()[0])
+
+    def delete(self, before: datetime, *, batch: int | None = None,
+               should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
+        """Delete them, a batch a statement (short, so no long lock and no huge
+        transaction), until none is left or ``should_stop()``; (how many, whether some may
+        be left)."""
+        size = batch or self.batch
+        total = 0
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(self.delete_sql, [before, size])
+                deleted = int(cursor.fetchone()[0])
+            total += deleted
+            if deleted < size:
+                return total, False
+            if should_stop():
+                return total, True
