@@ -75,7 +75,8 @@ class ReaperCollector:
         deleted = CounterMetricFamily(
             "chrono_reaper_retention_deleted",
             "Rows of things that ended before the retention cutoff deleted by the retention "
-            "passes: ended jobs, finished workflow runs, workers gone, dashboard rollup rows.",
+            "passes: ended jobs, finished workflow runs, workers gone, dashboard rollup rows, "
+            "expired idempotency records.",
             labels=["what"])
         for what, count in sorted(counters.retention_deleted.items()):
             deleted.add_metric([what.replace(" ", "_")], count)

@@ -15,8 +15,9 @@ One pass (``chrono retention``, and the reaper every ``retention_interval_ms``):
 5. deletes what ended before the executions' cutoff and has nothing left in the days kept:
    workflow runs that finished (:mod:`workflows.retention`, a receiver of
    :data:`retention_pass`: this layer does not import workflows), then jobs that ended
-   (:mod:`scheduler.ended_jobs`), and the dashboard's rollups older than
-   ``rollup_retention_hours``; for at most :data:`DELETE_BUDGET_S` a pass, the rest at the
+   (:mod:`scheduler.ended_jobs`), the dashboard's rollups older than
+   ``rollup_retention_hours`` and the Idempotency-Key records older than
+   ``idempotency_ttl_s``; for at most :data:`DELETE_BUDGET_S` a pass, the rest at the
    next (the reaper comes back within a minute when some was left);
 6. on a search engine that applies no lifecycle policy (OpenSearch without its ISM plugin),
    applies the audit and execution-log streams' policy itself: rolls them over daily and deletes
@@ -44,6 +45,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from scheduler import ended_jobs, partitions, rollups
+from scheduler.expiry import ExpiredRows
 from scheduler.partitions import DropOutcome
 from search import outbox_retention, stream_lifecycle
 from search.stream_lifecycle import StreamOutcome
@@ -59,6 +61,18 @@ _LOCK_KEY = "chrono-retention"
 DELETE_BUDGET_S = 10.0
 ENDED_JOBS = "ended jobs"
 ROLLUP_ROWS = "dashboard rollup rows"
+IDEMPOTENCY_RECORDS = "expired idempotency records"
+# Idempotency-Key records past CHRONO_IDEMPOTENCY_TTL_S: the API treats them as absent
+# (chronoadmin.api.idempotency; `chrono purge-idempotency-keys` deletes them by hand).
+_EXPIRED_KEYS = "SELECT id FROM chrono_idempotency_record WHERE created_at < %s"
+EXPIRED_KEYS = ExpiredRows(
+    f"SELECT count(*) FROM ({_EXPIRED_KEYS}) x",  # nosec B608 # constants
+    f"WITH doomed AS ({_EXPIRED_KEYS} ORDER BY created_at LIMIT %s), "  # nosec B608 # constants
+    "gone AS (DELETE FROM chrono_idempotency_record r USING doomed d WHERE r.id = d.id "
+    "  RETURNING r.id) "
+    "SELECT count(*) FROM gone",
+    batch=10_000,
+)
 
 # Sent once a pass, before the ended jobs are deleted, with ``before`` (the cutoff), ``dry_run``
 # and ``should_stop`` (the deletions' budget is spent); a receiver deletes (or, on a dry run,
@@ -166,8 +180,7 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
         report.audit_rows_deleted = (
             outbox_retention.count_shipped(shipped_before) if dry_run
             else outbox_retention.delete_shipped(shipped_before))
-        _ended(report, cutoff,
-               timezone.now() - timedelta(hours=config.rollup_retention_hours))
+        _ended(report, cutoff, config)
         report.streams = stream_lifecycle.run(config, dry_run=dry_run, at_ms=streams_at_ms)
     finally:
         _unlock()
@@ -179,9 +192,9 @@ def run_retention(config: ChronoConfig, *, dry_run: bool = False,
     return report
 
 
-def _ended(report: RetentionReport, before: datetime, rollups_before: datetime) -> None:
-    """Step 5: what ended before ``before`` (the rollups: before ``rollups_before``), within
-    :data:`DELETE_BUDGET_S`."""
+def _ended(report: RetentionReport, before: datetime, config: ChronoConfig) -> None:
+    """Step 5: what ended before ``before`` (the rollups and idempotency records: before
+    their own hours), within :data:`DELETE_BUDGET_S`."""
     deadline = time.monotonic() + DELETE_BUDGET_S
 
     def spent() -> bool:
@@ -189,8 +202,12 @@ def _ended(report: RetentionReport, before: datetime, rollups_before: datetime) 
 
     outcomes = [outcome for _, outcome in retention_pass.send(
         sender=RetentionReport, before=before, dry_run=report.dry_run, should_stop=spent)]
-    for what, rows, cutoff in ((ENDED_JOBS, ended_jobs.EXPIRED, before),
-                               (ROLLUP_ROWS, rollups.EXPIRED, rollups_before)):
+    now = timezone.now()
+    for what, rows, cutoff in (
+        (ENDED_JOBS, ended_jobs.EXPIRED, before),
+        (ROLLUP_ROWS, rollups.EXPIRED, now - timedelta(hours=config.rollup_retention_hours)),
+        (IDEMPOTENCY_RECORDS, EXPIRED_KEYS, now - timedelta(seconds=config.idempotency_ttl_s)),
+    ):
         if report.dry_run:
             outcomes.append(Deleted(what, rows.count(cutoff)))
         elif not spent():

@@ -1,6 +1,7 @@
 """The retention pass deletes jobs that ended and workflow runs that finished before its cutoff,
-once nothing of theirs is left in the days it keeps, workers not heard from since and the
-dashboard's old rollups, against real PostgreSQL (and the reaper's series)."""
+once nothing of theirs is left in the days it keeps, workers not heard from since, the
+dashboard's old rollups and expired Idempotency-Key records, against real PostgreSQL (and the
+reaper's series)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from chronocore.config import get_config
+from chronocore.models import IdempotencyRecord
 from reaper import retention as worker_retention
 from reaper.metrics import ReaperCollector
 from reaper.models import Worker
@@ -239,3 +241,17 @@ def test_dashboard_rollups_older_than_their_retention_go_and_the_last_hours_stay
     assert report.deleted[retention.ROLLUP_ROWS] >= 1
     assert not ExecutionRollup.objects.filter(pk=old.pk).exists()
     assert ExecutionRollup.objects.filter(pk=recent.pk).exists()
+
+
+def test_idempotency_records_past_their_ttl_go_and_fresh_ones_stay(tenant):
+    now = timezone.now()
+    old, fresh = (IdempotencyRecord.objects.create(
+        tenant=tenant, key=key, request_fingerprint="f" * 64, response_status=201,
+        response_body={"job_id": key}, created_at=now - age)
+        for key, age in (("old", timedelta(hours=25)), ("fresh", timedelta(hours=1))))
+
+    report = run_retention(config(idempotency_ttl_s=24 * 3600))
+
+    assert report.deleted[retention.IDEMPOTENCY_RECORDS] >= 1
+    assert not IdempotencyRecord.objects.filter(pk=old.pk).exists()
+    assert IdempotencyRecord.objects.filter(pk=fresh.pk).exists()

@@ -1,7 +1,7 @@
 """``chrono purge-idempotency-keys``: delete Idempotency-Key records past their 24 h retention.
 
-Expired records are already ignored when a key comes back; this only reclaims their rows. Run it
-from cron (hourly is plenty).
+Expired records are already ignored when a key comes back; this only reclaims their rows. The
+retention pass (the reaper's, hourly) deletes them too; this does it now, by hand.
 """
 
 from __future__ import annotations
