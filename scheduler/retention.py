@@ -12,13 +12,13 @@ One pass (``chrono retention``, and the reaper every ``retention_interval_ms``):
 3. deletes the default partition's expired rows on the same conditions, row by row;
 4. deletes the audit outbox rows shipped more than ``audit_outbox_keep_hours`` ago (the
    indexer does too);
-5. deletes what ended before the executions' cutoff and has nothing left in the days kept:
-   workflow runs that finished (:mod:`workflows.retention`, a receiver of
-   :data:`retention_pass`: this layer does not import workflows), then jobs that ended
-   (:mod:`scheduler.ended_jobs`), the dashboard's rollups older than
-   ``rollup_retention_hours`` and the Idempotency-Key records older than
-   ``idempotency_ttl_s``; for at most :data:`DELETE_BUDGET_S` a pass, the rest at the
-   next (the reaper comes back within a minute when some was left);
+5. deletes rows of things that ended: the Idempotency-Key records older than
+   ``idempotency_ttl_s``, the dashboard's rollups older than ``rollup_retention_hours``, then
+   what ended before the executions' cutoff and has nothing left in the days kept: workflow
+   runs that finished (:mod:`workflows.retention`) and workers gone (:mod:`reaper.retention`),
+   receivers of :data:`retention_pass` (this layer imports neither app), and last the jobs
+   that ended (:mod:`scheduler.ended_jobs`); for at most :data:`DELETE_BUDGET_S` a pass, the
+   rest at the next (the reaper comes back within a minute when some was left);
 6. on a search engine that applies no lifecycle policy (OpenSearch without its ISM plugin),
    applies the audit and execution-log streams' policy itself: rolls them over daily and deletes
    their indices rolled over longer ago than their retention (:mod:`search.stream_lifecycle`).
@@ -200,20 +200,24 @@ def _ended(report: RetentionReport, before: datetime, config: ChronoConfig) -> N
     def spent() -> bool:
         return time.monotonic() >= deadline
 
-    outcomes = [outcome for _, outcome in retention_pass.send(
-        sender=RetentionReport, before=before, dry_run=report.dry_run, should_stop=spent)]
-    now = timezone.now()
-    for what, rows, cutoff in (
-        (ENDED_JOBS, ended_jobs.EXPIRED, before),
-        (ROLLUP_ROWS, rollups.EXPIRED, now - timedelta(hours=config.rollup_retention_hours)),
-        (IDEMPOTENCY_RECORDS, EXPIRED_KEYS, now - timedelta(seconds=config.idempotency_ttl_s)),
-    ):
+    def delete(what: str, rows: ExpiredRows, cutoff: datetime) -> Deleted:
         if report.dry_run:
-            outcomes.append(Deleted(what, rows.count(cutoff)))
-        elif not spent():
-            outcomes.append(Deleted(what, *rows.delete(cutoff, should_stop=spent)))
-        else:
-            outcomes.append(Deleted(what, 0, more_left=True))
+            return Deleted(what, rows.count(cutoff))
+        if spent():  # not looked at: maybe some left
+            return Deleted(what, 0, more_left=True)
+        return Deleted(what, *rows.delete(cutoff, should_stop=spent))
+
+    # The kinds that stay small first, the jobs (the most rows) last, so that a backlog of
+    # jobs never keeps the others from their turn.
+    now = timezone.now()
+    outcomes = [
+        delete(IDEMPOTENCY_RECORDS, EXPIRED_KEYS,
+               now - timedelta(seconds=config.idempotency_ttl_s)),
+        delete(ROLLUP_ROWS, rollups.EXPIRED, now - timedelta(hours=config.rollup_retention_hours)),
+        *(outcome for _, outcome in retention_pass.send(
+            sender=RetentionReport, before=before, dry_run=report.dry_run, should_stop=spent)),
+        delete(ENDED_JOBS, ended_jobs.EXPIRED, before),
+    ]
     for outcome in outcomes:
         report.deleted[outcome.what] = report.deleted.get(outcome.what, 0) + outcome.count
         report.more_left |= outcome.more_left

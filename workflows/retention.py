@@ -67,4 +67,6 @@ def _on_retention_pass(*, before: datetime, dry_run: bool, should_stop: Callable
                        **_: object) -> Deleted:
     if dry_run:
         return Deleted(WHAT, count_expired(before))
+    if should_stop():  # not looked at: maybe some left
+        return Deleted(WHAT, 0, more_left=True)
     return Deleted(WHAT, *delete_expired(before, should_stop=should_stop))
