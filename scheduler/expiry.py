@@ -20,6 +20,19 @@ class ExpiredRows:
     delete_sql: str
     batch: int
 
+    @classmethod
+    def older_than(cls, table: str, column: str, *, batch: int) -> ExpiredRows:
+        """The rows of ``table`` whose ``column`` (a time, indexed) is before the cutoff,
+        oldest first, by their ``id``; ``table`` and ``column`` are module constants."""
+        expired = f"SELECT id FROM {table} WHERE {column} < %s"  # nosec B608 # constants
+        return cls(
+            f"SELECT count(*) FROM ({expired}) x",  # nosec B608 # constants
+            f"WITH doomed AS ({expired} ORDER BY {column} LIMIT %s), "  # nosec B608 # constants
+            f"gone AS (DELETE FROM {table} r USING doomed d WHERE r.id = d.id RETURNING r.id) "
+            "SELECT count(*) FROM gone",
+            batch,
+        )
+
     def count(self, before: datetime) -> int:
         """How many :meth:`delete` would delete (a dry run)."""
         with connection.cursor() as cursor:

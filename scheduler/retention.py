@@ -64,15 +64,7 @@ ROLLUP_ROWS = "dashboard rollup rows"
 IDEMPOTENCY_RECORDS = "expired idempotency records"
 # Idempotency-Key records past CHRONO_IDEMPOTENCY_TTL_S: the API treats them as absent
 # (chronoadmin.api.idempotency; `chrono purge-idempotency-keys` deletes them by hand).
-_EXPIRED_KEYS = "SELECT id FROM chrono_idempotency_record WHERE created_at < %s"
-EXPIRED_KEYS = ExpiredRows(
-    f"SELECT count(*) FROM ({_EXPIRED_KEYS}) x",  # nosec B608 # constants
-    f"WITH doomed AS ({_EXPIRED_KEYS} ORDER BY created_at LIMIT %s), "  # nosec B608 # constants
-    "gone AS (DELETE FROM chrono_idempotency_record r USING doomed d WHERE r.id = d.id "
-    "  RETURNING r.id) "
-    "SELECT count(*) FROM gone",
-    batch=10_000,
-)
+EXPIRED_KEYS = ExpiredRows.older_than("chrono_idempotency_record", "created_at", batch=10_000)
 
 # Sent once a pass, before the ended jobs are deleted, with ``before`` (the cutoff), ``dry_run``
 # and ``should_stop`` (the deletions' budget is spent); a receiver deletes (or, on a dry run,

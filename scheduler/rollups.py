@@ -223,15 +223,7 @@ def rebuild_platform_task_totals(since_ms: int) -> None:
 
 # Rows of minutes before a cutoff, oldest first: the retention pass deletes them
 # (rollup_retention_hours after their minute; the dashboard reads the last hour).
-_EXPIRED = "SELECT id FROM chrono_execution_rollup WHERE minute < %s"
-EXPIRED = ExpiredRows(
-    f"SELECT count(*) FROM ({_EXPIRED}) x",  # nosec B608 # constants
-    f"WITH doomed AS ({_EXPIRED} ORDER BY minute LIMIT %s), "  # nosec B608 # constants
-    "gone AS (DELETE FROM chrono_execution_rollup r USING doomed d WHERE r.id = d.id "
-    "  RETURNING r.id) "
-    "SELECT count(*) FROM gone",
-    batch=10_000,
-)
+EXPIRED = ExpiredRows.older_than("chrono_execution_rollup", "minute", batch=10_000)
 
 
 COLUMNS = ("minute", "tenant_id", "task", "dispatched", "started", "succeeded", "failed",
