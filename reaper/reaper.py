@@ -17,9 +17,10 @@ Every ``reaper_interval_ms``:
    folded (:mod:`scheduler.job_counts`);
 6. every ``retention_interval_ms`` (and at its start), the retention pass
    (:mod:`scheduler.retention`: the executions' partitions ahead, expired days dropped once
-   shipped, shipped audit rows deleted, ended jobs and finished workflow runs past the cutoff
-   deleted: within a minute again while some of those are left), followed by one scan of
-   steps 2 and 3 over every partition.
+   shipped, shipped audit rows deleted, then the rows of things that ended (jobs, workflow
+   runs, workers gone, old dashboard rollups, expired idempotency records): within a minute
+   again while some of those are left), followed by one scan of steps 2 and 3 over every
+   partition.
 
 The scans of steps 2 and 3 read only executions scheduled within the last
 ``reaper_scan_window_days`` (the partitions of those days: ``scheduled_for`` is the partition
@@ -84,7 +85,7 @@ class ReaperCounters:
     # without a lifecycle of its own), and the streams the last pass could not change (a gauge).
     stream_indices_deleted: int = 0
     streams_failed: int = 0
-    # Ended rows the passes deleted, by what they are ("ended jobs", "finished workflow runs").
+    # Rows of things that ended the passes deleted, by what they are ("ended jobs", ...).
     retention_deleted: Counter[str] = field(default_factory=Counter)
     # Per queue: executions flagged as undelivered, and flags taken off (a consumer came).
     undelivered_flagged: Counter[str] = field(default_factory=Counter)
