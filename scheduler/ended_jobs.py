@@ -21,7 +21,7 @@ by another transaction are skipped and taken at the next pass.
 
 from __future__ import annotations
 
-from scheduler.expiry import ExpiredRows
+from chronocore.expiry import ExpiredRows
 from scheduler.models import JobStatus
 
 DELETE_BATCH = 10_000

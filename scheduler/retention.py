@@ -44,8 +44,8 @@ from django.db import DatabaseError, connection
 from django.dispatch import Signal
 from django.utils import timezone
 
+from chronocore.expiry import ExpiredRows
 from scheduler import ended_jobs, partitions, rollups
-from scheduler.expiry import ExpiredRows
 from scheduler.partitions import DropOutcome
 from search import outbox_retention, stream_lifecycle
 from search.stream_lifecycle import StreamOutcome
@@ -193,11 +193,7 @@ def _ended(report: RetentionReport, before: datetime, config: ChronoConfig) -> N
         return time.monotonic() >= deadline
 
     def delete(what: str, rows: ExpiredRows, cutoff: datetime) -> Deleted:
-        if report.dry_run:
-            return Deleted(what, rows.count(cutoff))
-        if spent():  # not looked at: maybe some left
-            return Deleted(what, 0, more_left=True)
-        return Deleted(what, *rows.delete(cutoff, should_stop=spent))
+        return Deleted(what, *rows.run(cutoff, dry_run=report.dry_run, should_stop=spent))
 
     # The kinds that stay small first, the jobs (the most rows) last, so that a backlog of
     # jobs never keeps the others from their turn.

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connection
 
-from scheduler.expiry import ExpiredRows
+from chronocore.expiry import ExpiredRows
 
 log = logging.getLogger("chrono.rollups")
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import connection
-
+from chronocore.expiry import ExpiredRows
 from search.audit import AUDIT_TABLE
 
 DELETE_BATCH = 10_000
@@ -28,29 +27,24 @@ UNSHIPPED_OF_EXECUTIONS = (
 )
 
 
+# Rows shipped before a cutoff, oldest id first (each batch its own short statement, so no long
+# lock and no huge transaction).
+SHIPPED = ExpiredRows(
+    f"SELECT count(*) FROM {AUDIT_TABLE} WHERE shipped_at < %s",  # nosec B608 # constant
+    f"WITH gone AS (DELETE FROM {AUDIT_TABLE} WHERE id IN ("  # nosec B608 # constant
+    f"SELECT id FROM {AUDIT_TABLE} WHERE shipped_at < %s ORDER BY id LIMIT %s) RETURNING 1) "
+    "SELECT count(*) FROM gone",
+    DELETE_BATCH,
+)
+
+
 def count_shipped(before: datetime) -> int:
     """How many rows were shipped before ``before`` (what :func:`delete_shipped` would delete)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*) FROM {AUDIT_TABLE} WHERE shipped_at < %s",  # nosec B608 # constant
-            [before],
-        )
-        return int(cursor.fetchone()[0])
+    return SHIPPED.count(before)
 
 
 def delete_shipped(before: datetime, *, batch: int = DELETE_BATCH,
                    should_stop: Callable[[], bool] = lambda: False) -> int:
-    """Delete the rows shipped before ``before``, ``batch`` at a time (each its own short
-    statement, so no long lock and no huge transaction); how many."""
-    total = 0
-    while not should_stop():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"DELETE FROM {AUDIT_TABLE} WHERE id IN (SELECT id FROM {AUDIT_TABLE} "  # nosec B608 # constant
-                "WHERE shipped_at < %s ORDER BY id LIMIT %s)",
-                [before, batch],
-            )
-            total += cursor.rowcount
-            if cursor.rowcount < batch:
-                break
-    return total
+    """Delete the rows shipped before ``before``, ``batch`` at a time, until none is left or
+    ``should_stop()``; how many."""
+    return SHIPPED.run(before, batch=batch, should_stop=should_stop)[0]

@@ -29,7 +29,7 @@ from datetime import datetime
 
 from django.dispatch import receiver
 
-from scheduler.expiry import ExpiredRows
+from chronocore.expiry import ExpiredRows
 from scheduler.retention import Deleted, RetentionReport, retention_pass
 from workflows.states import TERMINAL_RUN_STATUSES
 
@@ -65,8 +65,4 @@ delete_expired = EXPIRED.delete
 @receiver(retention_pass, sender=RetentionReport, dispatch_uid="workflows.retention")
 def _on_retention_pass(*, before: datetime, dry_run: bool, should_stop: Callable[[], bool],
                        **_: object) -> Deleted:
-    if dry_run:
-        return Deleted(WHAT, count_expired(before))
-    if should_stop():  # not looked at: maybe some left
-        return Deleted(WHAT, 0, more_left=True)
-    return Deleted(WHAT, *delete_expired(before, should_stop=should_stop))
+    return Deleted(WHAT, *EXPIRED.run(before, dry_run=dry_run, should_stop=should_stop))

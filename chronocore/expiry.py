@@ -1,5 +1,7 @@
 """Rows of things that ended, counted and deleted in batches: what the retention pass
-(:mod:`scheduler.retention`, step 5) runs for each kind of them."""
+(:mod:`scheduler.retention`) runs for each kind of them, and the indexer's prune of shipped audit
+outbox rows (:mod:`search.outbox_retention`). Here, at the bottom, so that every layer's kind is
+one of these."""
 
 from __future__ import annotations
 
@@ -38,6 +40,17 @@ class ExpiredRows:
         with connection.cursor() as cursor:
             cursor.execute(self.count_sql, [before])
             return int(cursor.fetchone()[0])
+
+    def run(self, before: datetime, *, dry_run: bool = False, batch: int | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
+        """A pass over them: on a dry run how many :meth:`delete` would delete; otherwise
+        nothing when ``should_stop()`` already (reported as maybe some left), else
+        :meth:`delete`. (How many, whether some may be left.)"""
+        if dry_run:
+            return self.count(before), False
+        if should_stop():
+            return 0, True
+        return self.delete(before, batch=batch, should_stop=should_stop)
 
     def delete(self, before: datetime, *, batch: int | None = None,
                should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
