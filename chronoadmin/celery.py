@@ -111,7 +111,7 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
     if isinstance(pool, ThreadTaskPool | SoloTaskPool):
         from chronocore import grants
         from scheduler import log_capture
-        from scheduler.worker import connect_recording, warm_threads
+        from scheduler.worker import connect_recording, record_in_consumer, warm_threads
 
         connect_recording(batches=isinstance(pool, ThreadTaskPool))
         # The grants are renewed ahead of their expiry, not reloaded by the deliveries of a
@@ -119,6 +119,11 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         grants.start_refresher()
         if isinstance(pool, ThreadTaskPool):
             warm_threads(pool)
+            # Its deliveries wait for idle threads in the consumer, which records their
+            # starts and successes (scheduler.consumer_recording): the hub is its event loop.
+            hub = getattr(sender, "hub", None)
+            if hub is not None:
+                record_in_consumer(pool, hub)
         # Tasks run in this process: their log records are captured here (a solo pool runs
         # one at a time, so every thread's records are its task's, as in a prefork child).
         if log_capture.install_for(get_config()) and isinstance(pool, SoloTaskPool):
@@ -142,11 +147,18 @@ def _no_engine_restarts(**_: object) -> None:
     # with the worker stays stopped.
     for child in _engine_child:
         child.stopping()
+    from scheduler.worker import consumer_recording_closing
+
+    consumer_recording_closing()
 
 
 @worker_shutdown.connect
 def _stop_engine_child(**_: object) -> None:
-    # After the worker's own tasks: the ends they wrote are applied before the child stops.
+    # After the worker's own tasks: the successes its consumer still holds are recorded, and
+    # the ends they wrote are applied before the child stops.
+    from scheduler.worker import close_consumer_recording
+
+    close_consumer_recording()
     while _engine_child:
         _engine_child.pop().stop()
 

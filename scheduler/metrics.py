@@ -56,6 +56,14 @@ EXECUTIONS = Counter(
     "Deliveries a worker handled, by outcome.",
     ["outcome"],
 )
+STARTS = Counter(
+    "chrono_worker_starts",
+    "Deliveries whose start a worker asked PostgreSQL for, by the thread that asked: consumer "
+    "(a thread pool's consumer, for the deliveries its idle threads take, one statement a "
+    "turn of its loop) or task (the task's own thread).",
+    ["made_by"],
+)
+_STARTS = {made_by: STARTS.labels(made_by) for made_by in ("consumer", "task")}
 # succeeded: recorded SUCCEEDED. retrying / dead_lettered / failed: the task raised and the
 # attempt went on to another attempt, was given up, or had no retries. cancelled: asked to
 # cancel while running. refused: the fencing check refused its result (its lease was lost).
@@ -123,6 +131,11 @@ def observe_dispatch_lateness(lateness_ms: Iterable[int]) -> None:
 
 def observe_start_lateness(lateness_ms: int) -> None:
     START_LATENESS.observe(lateness_ms / 1000)
+
+
+def count_starts(made_by: str, count: int = 1) -> None:
+    """``count`` deliveries' starts asked for by the ``consumer`` or a ``task``."""
+    _STARTS[made_by].inc(count)
 
 
 def count_outcome(outcome: str) -> None:

@@ -3,7 +3,10 @@
 A message published by Chrono carries ``chrono_execution_id`` and ``chrono_attempt`` headers. The
 task starts the execution with a conditional update before running the body; a delivery that may
 not start (a duplicate, a cancelled execution, a stale attempt) returns without running anything.
-The starts and the finishes of a thread pool's concurrent tasks share statements
+In a thread pool the worker's consumer thread records the starts (as idle threads take the
+deliveries) and the successes, one statement of each a turn of its loop
+(:mod:`scheduler.consumer_recording`); otherwise, and for what the consumer leaves to the task,
+the task records them, the concurrent tasks of a thread pool sharing statements
 (:mod:`scheduler.batching`).
 While the body runs, the process's lease keeper renews the execution's lease. A failure goes to
 the job's retry policy (``chrono_retry_policy`` header): another attempt after a backoff, or the
@@ -44,6 +47,7 @@ from scheduler.attempts import (
 from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.consumer_recording import EARLY_START, ConsumerRecording, EarlyStart, fire_ms_of
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
 from scheduler.executions import (
     FinishRequest,
@@ -91,6 +95,13 @@ def _on_connection_for_size(record: Callable[..., list[T]], one: OwnConnection,
     return run
 
 
+# A thread pool's consumer thread records starts and successes (scheduler.consumer_recording), on
+# connections of its own.
+_consumer_start_connection = OwnConnection()
+_consumer_start_batch_connection = OwnConnection(generic_plans=True)
+_consumer_finish_connection = OwnConnection()
+_consumer_finish_batch_connection = OwnConnection(generic_plans=True)
+_consumer_recording: list[ConsumerRecording] = []
 _starts = Coalescer(_on_connection_for_size(start_executions, _start_connection,
                                             _start_batch_connection))
 _finishes = Coalescer(_on_connection_for_size(finish_executions, _finish_connection,
@@ -106,6 +117,42 @@ def connect_recording(*, batches: bool = False) -> None:
     if batches:
         _start_batch_connection.connect()
         _finish_batch_connection.connect()
+
+
+def record_in_consumer(pool: object, hub: object) -> ConsumerRecording:
+    """Make a thread pool's starts and successes in the worker's consumer thread
+    (:mod:`scheduler.consumer_recording`); ``hub``: the consumer's event loop."""
+    connections = (_consumer_start_connection, _consumer_start_batch_connection,
+                   _consumer_finish_connection, _consumer_finish_batch_connection)
+    for own in connections:
+        own.connect()
+    settings = runtime()
+    recording = ConsumerRecording(
+        pool,
+        start=_on_connection_for_size(start_executions, _consumer_start_connection,
+                                      _consumer_start_batch_connection),
+        finish=_on_connection_for_size(finish_executions, _consumer_finish_connection,
+                                       _consumer_finish_batch_connection),
+        loop=hub,
+        lease_ttl_ms=settings.lease_ttl_ms,
+        default_queue=settings.default_queue,
+        attempts=RECORD_ATTEMPTS,
+        outage_s=RECORD_OUTAGE_S,
+    ).install()
+    _consumer_recording.append(recording)
+    return recording
+
+
+def consumer_recording_closing() -> None:
+    """A warm shutdown began: tasks record their own successes from now on."""
+    for recording in _consumer_recording:
+        recording.closing()
+
+
+def close_consumer_recording() -> None:
+    """Record the successes the consumer still holds (the pool's tasks are done)."""
+    while _consumer_recording:
+        _consumer_recording.pop().close()
 
 
 def warm_threads(pool: object, timeout_s: float = 10.0) -> int:
@@ -162,14 +209,7 @@ def fire_ms_header(request: object) -> int | None:
     """The fire time a Chrono message carries (``chrono_fire_ms``): its execution's
     ``scheduled_for``, the partition key of every statement the worker runs for it; None when
     the message has none (published by hand)."""
-    return _fire_ms(getattr(request, "chrono_fire_ms", None))
-
-
-def _fire_ms(raw: object) -> int | None:
-    try:
-        return int(raw) if raw else None  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return None
+    return fire_ms_of(getattr(request, "chrono_fire_ms", None))
 
 
 class WorkerRuntime:
@@ -212,49 +252,24 @@ class ChronoTask(Task):
         if not execution_id:
             return super().__call__(*args, **kwargs)
         settings = runtime()
-        try:
-            # The grants are read from PostgreSQL when the process's cache of them is stale: an
-            # error here escaped as the task's, and the message was acknowledged unrun.
-            refused = _retrying(lambda: self._grant_refusal(settings))
-        except DatabaseError as exc:
-            log.error("could not read the task grants of execution %s, message requeued: %r",
-                      execution_id, exc)
-            metrics.count_outcome("requeued")
-            raise Reject(exc, requeue=True) from exc
-        if refused is not None:
-            self._refuse(execution_id, refused)
-            return None
-        header_fire_ms = fire_ms_header(self.request)
-        request = StartRequest(
-            execution_id=execution_id,
-            attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
-            worker_id=self.request.hostname or "unknown",
-            lease_ttl_ms=settings.lease_ttl_ms,
-            at_ms=now_ms(),
-            # The partition key (scheduler.lifecycle, "Partition key").
-            scheduled_for=None if header_fire_ms is None else ms_to_datetime(header_fire_ms),
-        )
-        try:
-            started = _retrying(lambda: _starts.submit(request))
-        except DatabaseError as exc:
-            # Nothing ran: the message goes back to the queue rather than being acknowledged.
-            log.error("could not start execution %s, message requeued: %r", execution_id, exc)
-            metrics.count_outcome("requeued")
-            raise Reject(exc, requeue=True) from exc
-        if started is None:
-            # A start committed whose answer a failover lost is this delivery's, not a duplicate.
-            try:
-                started = _retrying(lambda: started_by(request))
-            except DatabaseError as exc:
-                log.error("could not look whether execution %s was started by this delivery "
-                          "(the reaper recovers it if so): %r", execution_id, exc)
-            if started is not None:
-                log.warning("execution %s: its start was recorded before PostgreSQL's answer "
-                            "was lost; running it", execution_id)
+        early: EarlyStart | None = getattr(self.request, EARLY_START, None)
+        if early is None:
+            begun = self._begin(execution_id, settings)
+            if begun is None:
+                return None
+            request, started = begun
+        elif early.failed:
+            # The consumer's statement failed (scheduler.consumer_recording): the same request
+            # again, so that a start it committed is found to be this delivery's.
+            request = early.request
+            started = self._start(request)
+        else:
+            request, started = early.request, early.started
         if started is None:
             log.info("execution %s not startable (duplicate or cancelled): skipped", execution_id)
             metrics.count_outcome("not_startable")
             return None
+        header_fire_ms = fire_ms_header(self.request)
         counted = rollups.recorder()
         tenant_id = str(getattr(self.request, "chrono_tenant_id", "") or rollups.ALL_TENANTS)
         fire_ms = request.at_ms if header_fire_ms is None else header_fire_ms
@@ -277,6 +292,8 @@ class ChronoTask(Task):
                                at_ms=now_ms())
         counted.note_finished(finish.at_ms, tenant_id, self.name, succeeded=True,
                               duration_ms=finish.at_ms - request.at_ms)
+        if early is not None and early.finish_later is not None and early.finish_later(finish):
+            return result  # recorded by the consumer on its loop's next turn
         try:
             recorded = _retrying(lambda: _finishes.submit(finish))
         except DatabaseError as exc:
@@ -289,6 +306,57 @@ class ChronoTask(Task):
             log.warning("result of %s not recorded: %s", execution_id, refusal_reason(started))
         metrics.count_outcome("succeeded" if recorded else "refused")
         return result
+
+    def _begin(self, execution_id: str, settings: WorkerRuntime
+               ) -> tuple[StartRequest, StartedExecution | None] | None:
+        """This delivery's start, made by its task: its grant checked, then the start; None
+        when it was refused (recorded) instead."""
+        try:
+            # The grants are read from PostgreSQL when the process's cache of them is stale: an
+            # error here escaped as the task's, and the message was acknowledged unrun.
+            refused = _retrying(lambda: self._grant_refusal(settings))
+        except DatabaseError as exc:
+            log.error("could not read the task grants of execution %s, message requeued: %r",
+                      execution_id, exc)
+            metrics.count_outcome("requeued")
+            raise Reject(exc, requeue=True) from exc
+        if refused is not None:
+            self._refuse(execution_id, refused)
+            return None
+        header_fire_ms = fire_ms_header(self.request)
+        request = StartRequest(
+            execution_id=execution_id,
+            attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
+            worker_id=self.request.hostname or "unknown",
+            lease_ttl_ms=settings.lease_ttl_ms,
+            at_ms=now_ms(),
+            # The partition key (scheduler.lifecycle, "Partition key").
+            scheduled_for=None if header_fire_ms is None else ms_to_datetime(header_fire_ms),
+        )
+        return request, self._start(request)
+
+    def _start(self, request: StartRequest) -> StartedExecution | None:
+        """Start ``request``'s execution; None when this delivery may not run it."""
+        metrics.count_starts("task")
+        try:
+            started = _retrying(lambda: _starts.submit(request))
+        except DatabaseError as exc:
+            # Nothing ran: the message goes back to the queue rather than being acknowledged.
+            log.error("could not start execution %s, message requeued: %r",
+                      request.execution_id, exc)
+            metrics.count_outcome("requeued")
+            raise Reject(exc, requeue=True) from exc
+        if started is None:
+            # A start committed whose answer a failover lost is this delivery's, not a duplicate.
+            try:
+                started = _retrying(lambda: started_by(request))
+            except DatabaseError as exc:
+                log.error("could not look whether execution %s was started by this delivery "
+                          "(the reaper recovers it if so): %r", request.execution_id, exc)
+            if started is not None:
+                log.warning("execution %s: its start was recorded before PostgreSQL's answer "
+                            "was lost; running it", request.execution_id)
+        return started
 
     def _run_body(self, request: StartRequest, tenant_id: str, args: tuple, kwargs: dict
                   ) -> object:
@@ -419,7 +487,7 @@ def _fail_unregistered_task(sender: object = None, message: object = None, name:
     if not execution_id:
         return
     worker_id = getattr(sender, "hostname", None) or "unknown"
-    fire_ms = _fire_ms(headers.get("chrono_fire_ms"))
+    fire_ms = fire_ms_of(headers.get("chrono_fire_ms"))
     try:
         ended = _retrying(lambda: fail_unregistered_task(
             str(execution_id), attempt=int(headers.get("chrono_attempt") or 1),

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.common import queue_depth
+from chronocore.probe import free_port
 from scheduler import api
 from scheduler.models import Execution, ExecutionStatus, Job
 from scheduler.retry import RetryPolicy
 from tests.helpers import attempts_log, deliveries, runs, wait_for
+from tests.metrics_support import probe_metrics, value
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -202,3 +205,65 @@ def test_a_soft_timeout_stops_the_task_and_a_hard_one_kills_it_then_the_attempt_
                     timeout_s=60)
     execution = hard.executions.get()
     assert execution.attempt == 2 and "lost" in execution.reason
+
+
+def test_a_thread_pool_worker_killed_with_deliveries_waiting_for_its_threads_loses_none(
+        platform, tenant):
+    """A thread pool's consumer holds the deliveries its threads cannot take yet and starts each
+    only as a thread takes it (scheduler.consumer_recording). Killed with two running and six
+    waiting, it had started only the two: the six go back to the queue unstarted and run once
+    on the next worker, the two are found lost by the reaper and run again."""
+
+    with platform.together():
+        platform.start_beat()
+        victim = platform.start_worker("worker-a", concurrency=2, pool="threads", **FAST_LEASES)
+        platform.start_reaper(**FAST_LEASES)
+    jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 3}) for _ in range(8)]
+    executions = Execution.objects.filter(job__in=jobs)
+    assert wait_for(lambda: executions.filter(status="RUNNING").count() == 2
+                    and executions.count() == 8 and queue_depth(platform.queue) == 0,
+                    timeout_s=30)
+    time.sleep(0.5)  # a third start, if the waiting deliveries were started, would show now
+    assert executions.filter(status="RUNNING").count() == 2
+    assert executions.filter(status="DISPATCHED").count() == 6, "a waiting delivery started"
+    killed = set(executions.filter(status="RUNNING").values_list("execution_id", flat=True))
+
+    victim.signal(signal.SIGKILL)
+    victim.popen.wait(10)
+    port = free_port()
+    platform.start_worker("worker-b", concurrency=2, pool="threads", metrics_port=port,
+                          **FAST_LEASES)
+    assert wait_for(lambda: executions.filter(status="SUCCEEDED").count() == 8, timeout_s=90)
+    time.sleep(1)  # a late second run would show by now
+    assert set(runs(platform.redis).values()) == {1}, "a body completed twice"
+    assert len(runs(platform.redis)) == 8
+    for execution in executions:
+        assert execution.worker_id.startswith("worker-b@")
+        assert execution.attempt == (2 if execution.execution_id in killed else 1)
+    # Every start of the next worker was made by its consumer as its threads took them: the
+    # eight first deliveries (the killed two's refused there, their executions held or moved
+    # on) and the killed two's second attempts.
+    worker_b = probe_metrics(port)
+    assert value(worker_b, "chrono_worker_starts_total", made_by="consumer") == 10
+    assert value(worker_b, "chrono_worker_starts_total", made_by="task") == 0
+    assert value(worker_b, "chrono_worker_executions_total", outcome="not_startable") == 2
+
+
+def test_a_thread_pool_worker_stopped_mid_run_records_every_success_before_it_exits(
+        platform, tenant):
+    """A warm shutdown (SIGTERM: a deploy, a scale-down) lets the running tasks end; their
+    successes are recorded before the process exits, though the consumer that records them
+    while the worker runs (scheduler.consumer_recording) has stopped its loop: nothing is left
+    RUNNING for the reaper to call lost and run again."""
+    with platform.together():
+        platform.start_beat()
+        worker = platform.start_worker("worker-a", concurrency=8, pool="threads")
+    jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 2}) for _ in range(6)]
+    executions = Execution.objects.filter(job__in=jobs)
+    assert wait_for(lambda: executions.filter(status="RUNNING").count() == 6, timeout_s=30)
+
+    worker.signal(signal.SIGTERM)
+    assert worker.popen.wait(60) == 0, worker.log_tail()
+    assert sorted(executions.values_list("status", flat=True)) == ["SUCCEEDED"] * 6
+    assert set(executions.values_list("attempt", flat=True)) == {1}
+    assert set(runs(platform.redis).values()) == {1} and len(runs(platform.redis)) == 6

@@ -12,6 +12,8 @@ from chronoadmin.celery import app
 from scheduler import rollups, worker
 from scheduler.attempts import Outcome
 from scheduler.batching import Coalescer
+from scheduler.consumer_recording import EarlyStart
+from scheduler.executions import StartRequest
 from scheduler.lifecycle import StartedExecution
 
 RAN: list[int] = []
@@ -182,3 +184,76 @@ def test_an_end_of_attempt_that_cannot_be_recorded_leaves_the_run_to_the_reaper(
         call_as_chrono(failing, 10)
     assert ends.calls == worker.RECORD_ATTEMPTS
     assert any("could not record the failure of" in r.getMessage() for r in caplog.records)
+
+
+# ---- deliveries started by the consumer (scheduler.consumer_recording): the task's side
+
+
+def call_started_early(task, early, *args):
+    task.push_request(chrono_execution_id=early.request.execution_id,
+                      chrono_tenant_id="00000000-0000-4000-8000-0000000000aa",
+                      chrono_attempt="1", hostname="w@test", args=args, kwargs={},
+                      early_start=early)
+    try:
+        return task(*args)
+    finally:
+        task.pop_request()
+
+
+def early_request(at_ms: int = 1_700_000_000_123) -> StartRequest:
+    return StartRequest("00000000-0000-4000-8000-000000000002", 1, "w@test", 60_000, at_ms)
+
+
+def refused_grants(*args):
+    raise AssertionError("the grant was checked when the delivery arrived")
+
+
+def test_a_delivery_started_as_it_arrived_runs_its_body_with_no_start_of_its_own(monkeypatch):
+    starts = Failing(failures=0, result=started)
+    finishes: list = []
+    monkeypatch.setattr(worker, "_starts", Coalescer(starts))
+    monkeypatch.setattr(worker, "_finishes", Coalescer(
+        lambda items: finishes.extend(items) or [True] * len(items)))
+    monkeypatch.setattr(worker.grants, "refusal", refused_grants)
+    request = early_request()
+    assert call_started_early(recorded, EarlyStart(request, started(request)), 11) == 11
+    assert (RAN, starts.calls) == ([11], 0)
+    assert [f.started.execution_id for f in finishes] == [request.execution_id]
+
+
+def test_a_delivery_found_not_startable_as_it_arrived_runs_nothing(monkeypatch):
+    starts = Failing(failures=0, result=started)
+    monkeypatch.setattr(worker, "_starts", Coalescer(starts))
+    assert call_started_early(recorded, EarlyStart(early_request(), None), 12) is None
+    assert (RAN, starts.calls) == ([], 0)
+
+
+def test_a_start_whose_statement_failed_on_arrival_is_tried_again_with_the_same_request(
+        monkeypatch):
+    seen: list[StartRequest] = []
+
+    def start(items):
+        seen.extend(items)
+        return [started(item) for item in items]
+    monkeypatch.setattr(worker, "_starts", Coalescer(start))
+    monkeypatch.setattr(worker, "_finishes", Coalescer(Failing(0, lambda item: True)))
+    request = early_request()
+    assert call_started_early(recorded, EarlyStart(request, None, failed=True), 13) == 13
+    # The same start time: a start the failed statement committed is found to be this
+    # delivery's (scheduler.executions.started_by).
+    assert seen == [request] and RAN == [13]
+
+
+def test_a_success_goes_to_the_consumer_unless_it_is_closing(monkeypatch):
+    handed: list = []
+    finishes: list = []
+    monkeypatch.setattr(worker, "_finishes", Coalescer(
+        lambda items: finishes.extend(items) or [True] * len(items)))
+    request = early_request()
+    taking = EarlyStart(request, started(request), finish_later=lambda f: handed.append(f) or True)
+    assert call_started_early(recorded, taking, 14) == 14
+    assert [f.started.execution_id for f in handed] == [request.execution_id] and finishes == []
+
+    closing = EarlyStart(request, started(request), finish_later=lambda f: False)
+    assert call_started_early(recorded, closing, 15) == 15
+    assert [f.started.execution_id for f in finishes] == [request.execution_id]

@@ -1,0 +1,401 @@
+"""A thread pool's recording made by the worker's consumer thread: the starts of the deliveries
+its idle threads take, and the successes its tasks hand it.
+
+Without this, each task thread records its own start and success (:class:`scheduler.worker.
+ChronoTask`), each a statement shared with the threads doing the same at that moment
+(:class:`scheduler.batching.Coalescer`): two hand-offs between threads a job, the leader's
+statement and its followers' wake-ups, among 64 threads taking turns at the GIL. A worker
+draining no-op jobs ran at 835-1,230 a second that way, against 1,958 with nothing recorded
+(bench/RESULTS.md, sessions 27 and 28).
+
+Here the deliveries wait in front of the pool rather than in its queue. On each turn of the
+consumer's event loop (a tick of kombu's hub, after it read the broker and ran its timers,
+before it waits again) the consumer thread:
+
+1. records the successes the tasks handed it since the last turn, with one statement
+   (:meth:`ConsumerRecording.finish_later`: a task returns as soon as its body did, and its
+   message is acknowledged; a success not yet recorded when the process dies is found by the
+   reaper when its lease expires, and run again: at least once);
+2. takes as many held deliveries, in arrival order, as the pool has idle threads, starts the
+   Chrono ones among them with one statement, and hands each to the pool with its start in its
+   request (:data:`EARLY_START`, an :class:`EarlyStart`). The task runs its body at once.
+
+A task that ends wakes the loop (once for all the threads freed before its turn), so the
+threads freed while a statement ran share the next one: the batches grow with the load. A start
+is recorded only once a thread is there to run its body (its time is the start lateness users
+read; the task's lease keeper holds its lease from then on).
+
+Left to the task thread, as before (no :data:`EARLY_START` in its request):
+
+- a delivery whose tenant has not been granted its task there (or with no tenant): the task
+  records the refusal;
+- every delivery for :data:`PAUSE_AFTER_ERROR_S` after PostgreSQL failed a start statement
+  here: the consumer's loop (the broker's heartbeats, every other delivery) does not wait on
+  the database, the task threads do, with their patience (``RECORD_OUTAGE_S``).
+
+A delivery whose start statement failed carries its request all the same
+(:attr:`EarlyStart.failed`): its task tries the same request again, with the same start time,
+so that a start committed whose answer was lost is found to be its own
+(:func:`scheduler.executions.started_by`). A success statement that failed is tried again on
+later turns, with the task threads' patience (``outage_s`` while PostgreSQL cannot be reached,
+``attempts`` times when it refused the statement), then given up as the task thread gives it
+up: the run stays RUNNING until its lease expires and the reaper applies its retry policy.
+
+Every delivery held is handed to the pool, in arrival order, whatever happened to its start. At
+the worker's stop those still held are not run: their messages, never acknowledged, go back to
+the queue (as those left in the pool's own queue do). From the start of a warm shutdown the
+tasks record their own successes (the loop is stopping); those handed over before it are
+recorded by :meth:`ConsumerRecording.close`, once the pool has finished its tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError
+
+from chronocore import grants
+from chronocore.database import connection_lost
+from scheduler import metrics
+from scheduler.clock import ms_to_datetime, now_ms
+from scheduler.executions import FinishRequest, StartRequest, refusal_reason
+from scheduler.lifecycle import StartedExecution
+
+log = logging.getLogger("chrono.worker")
+
+# The key of a delivery's request (the task's ``self.request``) that holds its EarlyStart. Not
+# ``chrono_``-prefixed: those are the message's headers, sent again with a next attempt.
+EARLY_START = "early_start"
+PAUSE_AFTER_ERROR_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyStart:
+    """The start made for one delivery: ``started`` is its run, or None when it may not start
+    (a duplicate, a cancelled execution, a stale attempt); ``failed``: the statement failed, the
+    task tries ``request`` again."""
+
+    request: StartRequest
+    started: StartedExecution | None
+    failed: bool = False
+    # Takes the task's success to record (False: record it yourself).
+    finish_later: Callable[[FinishRequest], bool] | None = None
+
+
+@dataclass(slots=True)
+class _Success:
+    finish: FinishRequest
+    failures: int = 0
+    first_failed_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Delivery:
+    target: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: dict[str, Any] | None
+    options: dict[str, Any]
+
+
+class ConsumerRecording:
+    """Installed on one thread pool (:meth:`install`): its ``on_apply``, which Celery's consumer
+    thread calls for each delivery, goes through :meth:`on_apply`.
+
+    ``start`` runs the start statement for a batch of requests (one result per request),
+    ``finish`` the success statement (whether each was recorded). ``loop`` is the consumer's
+    event loop (the worker's kombu hub): its ``on_tick`` callables run on every turn, just
+    before it waits for the broker; ``call_soon`` called from another thread wakes it;
+    ``call_later`` runs a callable after a delay. ``lease_ttl_ms`` and ``default_queue`` are the
+    worker's; ``attempts`` and ``outage_s`` its patience with a failed statement
+    (:func:`scheduler.worker._retrying`)."""
+
+    def __init__(self, pool: Any, *, start: Callable[[Sequence[StartRequest]],
+                                                     Sequence[StartedExecution | None]],
+                 finish: Callable[[Sequence[FinishRequest]], Sequence[bool]],
+                 loop: Any, lease_ttl_ms: int, default_queue: str, attempts: int,
+                 outage_s: float) -> None:
+        self.pool = pool
+        self.limit = max(int(pool.limit), 1)
+        self.start = start
+        self.finish = finish
+        self.attempts = attempts
+        self.outage_s = outage_s
+        self.loop = loop
+        self.lease_ttl_ms = lease_ttl_ms
+        self.default_queue = default_queue
+        self.statements = 0  # start statements run here, for tests
+        self.early = 0  # deliveries handed over with their start made
+        self._apply = pool.on_apply
+        self._held: deque[_Delivery] = deque()  # the consumer thread's alone
+        self._paused_until = 0.0
+        self._refused = False
+        # Deliveries handed to the pool and not yet done, and whether a flush is due: the
+        # consumer thread adds, the task threads take away as they end.
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._flush_due = False
+        self._successes: list[_Success] = []  # handed over by the tasks
+        self._closing = False
+        self._retry_at = 0.0  # no success statement before (after one failed)
+
+    def install(self) -> ConsumerRecording:
+        self.pool.on_apply = self.on_apply
+        # Deliveries reach on_apply from the loop's reads, its timers or its ready callbacks:
+        # a tick runs after all of them, before the loop waits again.
+        self.loop.on_tick.add(self._tick)
+        return self
+
+    def on_apply(self, target: Callable[..., Any], args: Sequence[Any] | None = None,
+                 kwargs: dict[str, Any] | None = None, **options: Any) -> None:
+        """Hold the delivery until a thread is idle to run it (any delivery, so that they reach
+        the pool in the order they came)."""
+        self._held.append(_Delivery(target, args or (), kwargs, options))
+        with self._lock:
+            self._flush_due = True
+
+    def _tick(self) -> None:
+        if self._flush_due:
+            self.flush()
+
+    def _freed(self) -> None:
+        """A task thread is idle again (called in it): the loop takes the next deliveries, woken
+        once for all the threads freed before its turn."""
+        with self._lock:
+            self._busy -= 1
+            wake = (bool(self._held) or bool(self._successes)) and not self._flush_due
+            if wake:
+                self._flush_due = True
+        if wake:
+            self.loop.call_soon(self._tick)
+
+    def finish_later(self, finish: FinishRequest) -> bool:
+        """Take a task's success, to record on the loop's next turn (called in the task's
+        thread, which wakes the loop as it ends); False from the start of a shutdown, when the
+        task records it itself."""
+        with self._lock:
+            if self._closing:
+                return False
+            self._successes.append(_Success(finish))
+        return True
+
+    def closing(self) -> None:
+        """A warm shutdown began: the tasks record their own successes from now on."""
+        with self._lock:
+            self._closing = True
+
+    def close(self, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Record the successes still held (once the pool has finished its tasks and the loop
+        has stopped), waiting out a failed statement with the tasks' patience."""
+        self.closing()
+        while True:
+            with self._lock:
+                waiting = bool(self._successes)
+            if not waiting:
+                return
+            sleep(max(0.0, self._retry_at - time.monotonic()))
+            self._record_successes()
+
+    def flush(self) -> None:
+        """Record the successes handed over, then hand as many held deliveries to the pool as
+        it has idle threads, the Chrono ones among them started first."""
+        with self._lock:
+            # Cleared before the idle threads are counted: a thread freed after the count asks
+            # for the next flush itself.
+            self._flush_due = False
+            idle = self.limit - self._busy
+            successes = bool(self._successes)
+        if successes and time.monotonic() >= self._retry_at:
+            self._record_successes()
+        if idle <= 0 or not self._held:
+            return
+        taken = [self._held.popleft() for _ in range(min(idle, len(self._held)))]
+        try:
+            self._start_early(taken)
+        except Exception:  # noqa: BLE001 - whatever failed, no delivery may be lost
+            log.exception("starting %d deliveries in the consumer failed; their tasks start "
+                          "them", len(taken))
+        for delivery in taken:
+            self._hand_over(delivery)
+
+    def _record_successes(self) -> None:
+        with self._lock:
+            successes, self._successes = self._successes, []
+        if not successes:
+            return
+        try:
+            recorded = self.finish([success.finish for success in successes])
+        except DatabaseError as exc:
+            self._failed_successes(successes, exc)
+            return
+        for success, ok in zip(successes, recorded, strict=True):
+            if ok:
+                metrics.count_outcome("succeeded")
+                continue
+            metrics.count_outcome("refused")
+            started = success.finish.started
+            try:
+                reason = refusal_reason(started)
+            except DatabaseError as exc:
+                reason = f"(could not be read: {exc!r})"
+            log.warning("result of %s not recorded: %s", started.execution_id, reason)
+
+    def _failed_successes(self, successes: list[_Success], exc: DatabaseError) -> None:
+        """A success statement failed: its successes wait for a later turn, or are given up
+        once the tasks' patience is spent (the reaper then finds them lost)."""
+        now = time.monotonic()
+        lost = connection_lost(exc)
+        kept: list[_Success] = []
+        for success in successes:
+            success.failures += 1
+            success.first_failed_at = success.first_failed_at or now
+            spent = (now - success.first_failed_at >= self.outage_s if lost
+                     else success.failures >= self.attempts)
+            if spent:
+                metrics.count_outcome("unrecorded")
+                log.error("could not record the success of %s: %r",
+                          success.finish.started.execution_id, exc)
+            else:
+                kept.append(success)
+        if not kept:
+            return
+        pause = min(0.05 * 2 ** min(max(s.failures for s in kept), 5), 1.0)
+        self._retry_at = now + pause
+        log.warning("recording %d successes failed, again in %.2f s: %r", len(kept), pause, exc)
+        with self._lock:
+            self._successes[:0] = kept
+        self.loop.call_later(pause, self._wake)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._flush_due = True
+        self._tick()
+
+    def _start_early(self, taken: list[_Delivery]) -> None:
+        if time.monotonic() < self._paused_until:
+            return
+        chosen: list[tuple[dict[str, Any], StartRequest]] = []
+        at_ms = now_ms()
+        for delivery in taken:
+            request_dict = _request_dict(delivery.args)
+            if request_dict is not None and self._granted(delivery.args[0], request_dict):
+                chosen.append((request_dict, self._request(request_dict, at_ms)))
+        if not chosen:
+            return
+        requests = [request for _, request in chosen]
+        self.statements += 1
+        metrics.count_starts("consumer", len(requests))
+        try:
+            results = self.start(requests)
+        except DatabaseError as exc:
+            self._paused_until = time.monotonic() + PAUSE_AFTER_ERROR_S
+            log.warning("starting %d executions in the consumer failed; their tasks try again, "
+                        "and the next %.0f s of deliveries start in their tasks: %r",
+                        len(requests), PAUSE_AFTER_ERROR_S, exc)
+            for request_dict, request in chosen:
+                request_dict[EARLY_START] = EarlyStart(request, None, failed=True,
+                                                       finish_later=self.finish_later)
+            return
+        for (request_dict, request), started in zip(chosen, results, strict=True):
+            request_dict[EARLY_START] = EarlyStart(request, started,
+                                                   finish_later=self.finish_later)
+        self.early += len(chosen)
+
+    def _granted(self, task_name: object, request_dict: dict[str, Any]) -> bool:
+        """Whether the delivery's tenant was granted its task on its queue (a refusal, an
+        unknown, or an error reading the grants: its task decides and records)."""
+        tenant_id = request_dict.get("chrono_tenant_id")
+        if not tenant_id:
+            return False
+        queue = (request_dict.get("delivery_info") or {}).get("routing_key") or self.default_queue
+        try:
+            return grants.refusal(tenant_id, str(task_name), queue) is None
+        except DatabaseError:
+            return False
+
+    def _request(self, request_dict: dict[str, Any], at_ms: int) -> StartRequest:
+        fire_ms = fire_ms_of(request_dict.get("chrono_fire_ms"))
+        return StartRequest(
+            execution_id=str(request_dict["chrono_execution_id"]),
+            attempt=int(request_dict.get("chrono_attempt") or 1),
+            worker_id=request_dict.get("hostname") or "unknown",
+            lease_ttl_ms=self.lease_ttl_ms,
+            at_ms=at_ms,
+            scheduled_for=None if fire_ms is None else ms_to_datetime(fire_ms),
+        )
+
+    def _hand_over(self, delivery: _Delivery) -> None:
+        slot = _Slot(self)
+        options = dict(delivery.options)
+        options["callback"] = slot.freeing(options.get("callback"))
+        try:
+            result = self._apply(delivery.target, delivery.args, delivery.kwargs, **options)
+        except Exception:  # noqa: BLE001 - the others are still to be handed over
+            slot.free()
+            # A pool that takes nothing more is stopping. Unacknowledged, the message goes back
+            # to the queue when the worker's connection closes; an execution started above
+            # stays RUNNING until its lease expires, when the reaper sends it again.
+            if not self._refused:
+                self._refused = True
+                log.exception("the thread pool refused a delivery (stopping?)")
+            return
+        future = getattr(result, "f", None)  # celery.concurrency.thread.ApplyResult's
+        if future is None:
+            # Nothing would say when a task that failed outside its body ends: the deliveries
+            # go to the pool as they come from now on, started by their tasks.
+            log.warning("the thread pool's results carry no future; deliveries are no longer "
+                        "held for idle threads")
+            slot.free()
+            self.limit = 1 << 30
+            self._paused_until = float("inf")
+            return
+        future.add_done_callback(slot.free)
+
+
+class _Slot:
+    """A delivery's place among the pool's busy threads, given back once: by the task's
+    success callback (the task has returned; its message is acknowledged next) or, when it
+    ended otherwise, as its future ends. Both run in the task's thread."""
+
+    __slots__ = ("owner", "taken")
+
+    def __init__(self, owner: ConsumerRecording) -> None:
+        self.owner = owner
+        self.taken = True
+        with owner._lock:
+            owner._busy += 1
+
+    def free(self, _future: object = None) -> None:
+        if self.taken:
+            self.taken = False
+            self.owner._freed()
+
+    def freeing(self, callback: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        if callback is None:
+            return None
+
+        def free_then_call(*args: Any, **kwargs: Any) -> Any:
+            self.free()
+            return callback(*args, **kwargs)
+        return free_then_call
+
+
+def _request_dict(args: Sequence[Any]) -> dict[str, Any] | None:
+    """The request of a Chrono delivery (Celery hands the pool ``(task name, task id, request,
+    body, content type, content encoding)``); None for any other call."""
+    if len(args) > 2 and isinstance(args[2], dict) and args[2].get("chrono_execution_id"):
+        return args[2]
+    return None
+
+
+def fire_ms_of(raw: object) -> int | None:
+    """A ``chrono_fire_ms`` header's value; None when absent or not a number."""
+    try:
+        return int(raw) if raw else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
