@@ -1,5 +1,5 @@
-"""A thread pool's recording made by the worker's consumer thread: the starts of the deliveries
-its idle threads take, and the successes its tasks hand it.
+"""A thread pool's recording made beside its consumer: the starts of the deliveries its idle
+threads take, and the successes its tasks hand over, by one recorder thread.
 
 Without this, each task thread records its own start and success (:class:`scheduler.worker.
 ChronoTask`), each a statement shared with the threads doing the same at that moment
@@ -8,11 +8,13 @@ statement and its followers' wake-ups, among 64 threads taking turns at the GIL.
 draining no-op jobs ran at 835-1,230 a second that way, against 1,958 with nothing recorded
 (bench/RESULTS.md, sessions 27 and 28).
 
-Here the deliveries wait in front of the pool rather than in its queue. On each turn of the
-consumer's event loop (a tick of kombu's hub, after it read the broker and ran its timers,
-before it waits again) the consumer thread:
+Here the deliveries wait in front of the pool rather than in its queue. Celery's consumer thread
+only holds them, in arrival order, and at the end of each turn of its event loop (a tick of
+kombu's hub, after it read the broker and ran its timers, before it waits again) wakes the
+recorder thread if any arrived. A task that ends wakes it too, once for all the threads freed
+before its turn. The recorder then:
 
-1. records the successes the tasks handed it since the last turn, with one statement
+1. records the successes the tasks handed it since its last turn, with one statement
    (:meth:`ConsumerRecording.finish_later`: a task returns as soon as its body did, and its
    message is acknowledged; a success not yet recorded when the process dies is found by the
    reaper when its lease expires, and run again: at least once);
@@ -20,18 +22,18 @@ before it waits again) the consumer thread:
    Chrono ones among them with one statement, and hands each to the pool with its start in its
    request (:data:`EARLY_START`, an :class:`EarlyStart`). The task runs its body at once.
 
-A task that ends wakes the loop (once for all the threads freed before its turn), so the
-threads freed while a statement ran share the next one: the batches grow with the load. A start
-is recorded only once a thread is there to run its body (its time is the start lateness users
-read; the task's lease keeper holds its lease from then on).
+The threads freed while a statement ran share the next one: the batches grow with the load. The
+consumer's loop (the broker's reads, acknowledgements and heartbeats) never waits on PostgreSQL.
+A start is recorded only once a thread is there to run its body (its time is the start lateness
+users read; the task's lease keeper holds its lease from then on).
 
 Left to the task thread, as before (no :data:`EARLY_START` in its request):
 
 - a delivery whose tenant has not been granted its task there (or with no tenant): the task
   records the refusal;
 - every delivery for :data:`PAUSE_AFTER_ERROR_S` after PostgreSQL failed a start statement
-  here: the consumer's loop (the broker's heartbeats, every other delivery) does not wait on
-  the database, the task threads do, with their patience (``RECORD_OUTAGE_S``).
+  here: the deliveries do not queue behind the recorder's failing statements; the task threads
+  try, with their patience (``RECORD_OUTAGE_S``).
 
 A delivery whose start statement failed carries its request all the same
 (:attr:`EarlyStart.failed`): its task tries the same request again, with the same start time,
@@ -44,8 +46,8 @@ up: the run stays RUNNING until its lease expires and the reaper applies its ret
 Every delivery held is handed to the pool, in arrival order, whatever happened to its start. At
 the worker's stop those still held are not run: their messages, never acknowledged, go back to
 the queue (as those left in the pool's own queue do). From the start of a warm shutdown the
-tasks record their own successes (the loop is stopping); those handed over before it are
-recorded by :meth:`ConsumerRecording.close`, once the pool has finished its tasks.
+tasks record their own successes; those handed over before it are recorded by
+:meth:`ConsumerRecording.close`, once the pool has finished its tasks.
 """
 
 from __future__ import annotations
@@ -110,16 +112,16 @@ class ConsumerRecording:
     ``start`` runs the start statement for a batch of requests (one result per request),
     ``finish`` the success statement (whether each was recorded). ``loop`` is the consumer's
     event loop (the worker's kombu hub): its ``on_tick`` callables run on every turn, just
-    before it waits for the broker; ``call_soon`` called from another thread wakes it;
-    ``call_later`` runs a callable after a delay. ``lease_ttl_ms`` and ``default_queue`` are the
-    worker's; ``attempts`` and ``outage_s`` its patience with a failed statement
-    (:func:`scheduler.worker._retrying`)."""
+    before it waits for the broker. ``lease_ttl_ms`` and ``default_queue`` are the worker's;
+    ``attempts`` and ``outage_s`` its patience with a failed statement
+    (:func:`scheduler.worker._retrying`). ``recorder``: run the recorder thread (tests call
+    :meth:`flush` themselves)."""
 
     def __init__(self, pool: Any, *, start: Callable[[Sequence[StartRequest]],
                                                      Sequence[StartedExecution | None]],
                  finish: Callable[[Sequence[FinishRequest]], Sequence[bool]],
                  loop: Any, lease_ttl_ms: int, default_queue: str, attempts: int,
-                 outage_s: float) -> None:
+                 outage_s: float, recorder: bool = True) -> None:
         self.pool = pool
         self.limit = max(int(pool.limit), 1)
         self.start = start
@@ -132,52 +134,84 @@ class ConsumerRecording:
         self.statements = 0  # start statements run here, for tests
         self.early = 0  # deliveries handed over with their start made
         self._apply = pool.on_apply
-        self._held: deque[_Delivery] = deque()  # the consumer thread's alone
+        # Appended to by the consumer thread, taken from by the recorder.
+        self._held: deque[_Delivery] = deque()
+        self._arrived = False  # during the consumer loop's current turn
+        # The recorder's alone:
         self._paused_until = 0.0
         self._refused = False
-        # Deliveries handed to the pool and not yet done, and whether a flush is due: the
-        # consumer thread adds, the task threads take away as they end.
+        self._retry_at = 0.0  # no success statement before (after one failed)
+        # Deliveries handed to the pool and not yet done, whether the recorder has work, the
+        # successes handed over: the consumer, the task threads and the recorder share them.
         self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
         self._busy = 0
         self._flush_due = False
-        self._successes: list[_Success] = []  # handed over by the tasks
+        self._successes: list[_Success] = []
         self._closing = False
-        self._retry_at = 0.0  # no success statement before (after one failed)
+        self._stopped = False
+        self._recorder = (threading.Thread(target=self._record, name="chrono-recorder",
+                                           daemon=True) if recorder else None)
 
     def install(self) -> ConsumerRecording:
         self.pool.on_apply = self.on_apply
         # Deliveries reach on_apply from the loop's reads, its timers or its ready callbacks:
         # a tick runs after all of them, before the loop waits again.
         self.loop.on_tick.add(self._tick)
+        if self._recorder is not None:
+            self._recorder.start()
         return self
+
+    def _record(self) -> None:
+        """The recorder thread: a flush whenever there is work, and when a failed success
+        statement is due again."""
+        while True:
+            with self._work:
+                while not self._flush_due and not self._stopped:
+                    retry_in = self._retry_at - time.monotonic() if self._successes else 1.0
+                    if retry_in <= 0:
+                        break
+                    self._work.wait(min(retry_in, 1.0))
+                if self._stopped:
+                    return
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the recorder must outlive any one flush
+                log.exception("the consumer's recording failed a turn")
 
     def on_apply(self, target: Callable[..., Any], args: Sequence[Any] | None = None,
                  kwargs: dict[str, Any] | None = None, **options: Any) -> None:
         """Hold the delivery until a thread is idle to run it (any delivery, so that they reach
         the pool in the order they came)."""
         self._held.append(_Delivery(target, args or (), kwargs, options))
-        with self._lock:
-            self._flush_due = True
+        self._arrived = True
 
     def _tick(self) -> None:
-        if self._flush_due:
-            self.flush()
+        """The end of the consumer loop's turn: what arrived during it goes to the recorder in
+        one wake-up."""
+        if self._arrived:
+            self._arrived = False
+            self._wake()
 
     def _freed(self) -> None:
-        """A task thread is idle again (called in it): the loop takes the next deliveries, woken
-        once for all the threads freed before its turn."""
+        """A task thread is idle again (called in it): the recorder takes the next deliveries
+        and the successes, woken once for all the threads freed before its turn."""
         with self._lock:
             self._busy -= 1
-            wake = (bool(self._held) or bool(self._successes)) and not self._flush_due
-            if wake:
+            if (self._held or self._successes) and not self._flush_due:
                 self._flush_due = True
-        if wake:
-            self.loop.call_soon(self._tick)
+                self._work.notify()
+
+    def _wake(self) -> None:
+        with self._lock:
+            if not self._flush_due:
+                self._flush_due = True
+                self._work.notify()
 
     def finish_later(self, finish: FinishRequest) -> bool:
-        """Take a task's success, to record on the loop's next turn (called in the task's
-        thread, which wakes the loop as it ends); False from the start of a shutdown, when the
-        task records it itself."""
+        """Take a task's success, to record on the recorder's next turn (called in the task's
+        thread, which wakes the recorder as it ends); False from the start of a shutdown, when
+        the task records it itself."""
         with self._lock:
             if self._closing:
                 return False
@@ -190,9 +224,14 @@ class ConsumerRecording:
             self._closing = True
 
     def close(self, *, sleep: Callable[[float], None] = time.sleep) -> None:
-        """Record the successes still held (once the pool has finished its tasks and the loop
-        has stopped), waiting out a failed statement with the tasks' patience."""
+        """Stop the recorder and record the successes still held (once the pool has finished
+        its tasks), waiting out a failed statement with the tasks' patience."""
         self.closing()
+        with self._lock:
+            self._stopped = True
+            self._work.notify()
+        if self._recorder is not None and self._recorder.is_alive():
+            self._recorder.join(self.outage_s + 5.0)
         while True:
             with self._lock:
                 waiting = bool(self._successes)
@@ -269,12 +308,6 @@ class ConsumerRecording:
         log.warning("recording %d successes failed, again in %.2f s: %r", len(kept), pause, exc)
         with self._lock:
             self._successes[:0] = kept
-        self.loop.call_later(pause, self._wake)
-
-    def _wake(self) -> None:
-        with self._lock:
-            self._flush_due = True
-        self._tick()
 
     def _start_early(self, taken: list[_Delivery]) -> None:
         if time.monotonic() < self._paused_until:

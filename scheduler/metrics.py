@@ -59,8 +59,8 @@ EXECUTIONS = Counter(
 STARTS = Counter(
     "chrono_worker_starts",
     "Deliveries whose start a worker asked PostgreSQL for, by the thread that asked: consumer "
-    "(a thread pool's consumer, for the deliveries its idle threads take, one statement a "
-    "turn of its loop) or task (the task's own thread).",
+    "(a thread pool's recorder, beside Celery's consumer, for the deliveries its idle threads "
+    "take, one statement a turn) or task (the task's own thread).",
     ["made_by"],
 )
 _STARTS = {made_by: STARTS.labels(made_by) for made_by in ("consumer", "task")}

@@ -3,9 +3,9 @@
 A message published by Chrono carries ``chrono_execution_id`` and ``chrono_attempt`` headers. The
 task starts the execution with a conditional update before running the body; a delivery that may
 not start (a duplicate, a cancelled execution, a stale attempt) returns without running anything.
-In a thread pool the worker's consumer thread records the starts (as idle threads take the
-deliveries) and the successes, one statement of each a turn of its loop
-(:mod:`scheduler.consumer_recording`); otherwise, and for what the consumer leaves to the task,
+In a thread pool a recorder thread beside the worker's consumer records the starts (as idle
+threads take the deliveries) and the successes, one statement of each a turn
+(:mod:`scheduler.consumer_recording`); otherwise, and for what the recorder leaves to the task,
 the task records them, the concurrent tasks of a thread pool sharing statements
 (:mod:`scheduler.batching`).
 While the body runs, the process's lease keeper renews the execution's lease. A failure goes to
@@ -95,7 +95,7 @@ def _on_connection_for_size(record: Callable[..., list[T]], one: OwnConnection,
     return run
 
 
-# A thread pool's consumer thread records starts and successes (scheduler.consumer_recording), on
+# A thread pool's recorder thread records starts and successes (scheduler.consumer_recording), on
 # connections of its own.
 _consumer_start_connection = OwnConnection()
 _consumer_start_batch_connection = OwnConnection(generic_plans=True)
@@ -120,7 +120,7 @@ def connect_recording(*, batches: bool = False) -> None:
 
 
 def record_in_consumer(pool: object, hub: object) -> ConsumerRecording:
-    """Make a thread pool's starts and successes in the worker's consumer thread
+    """Record a thread pool's starts and successes beside the worker's consumer
     (:mod:`scheduler.consumer_recording`); ``hub``: the consumer's event loop."""
     connections = (_consumer_start_connection, _consumer_start_batch_connection,
                    _consumer_finish_connection, _consumer_finish_batch_connection)
@@ -259,7 +259,7 @@ class ChronoTask(Task):
                 return None
             request, started = begun
         elif early.failed:
-            # The consumer's statement failed (scheduler.consumer_recording): the same request
+            # The recorder's statement failed (scheduler.consumer_recording): the same request
             # again, so that a start it committed is found to be this delivery's.
             request = early.request
             started = self._start(request)

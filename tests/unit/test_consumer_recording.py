@@ -6,6 +6,7 @@ worker's stop."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -56,25 +57,18 @@ class Starts:
 
 
 class Loop:
-    """A kombu hub's turn: the callbacks asked for by other threads, then the ticks."""
+    """A kombu hub's turn (its ticks), then the recorder's turn when it was woken: the recorder
+    thread's wait and flush, run here in order."""
 
     def __init__(self) -> None:
-        self.soon: list = []
-        self.later: list = []
         self.on_tick: set = set()
-
-    def call_soon(self, callback):
-        self.soon.append(callback)
-
-    def call_later(self, delay, callback):
-        self.later.append((delay, callback))
+        self.recording: ConsumerRecording | None = None
 
     def turn(self) -> None:
-        soon, self.soon = self.soon, []
-        for callback in soon:
-            callback()
         for tick in list(self.on_tick):
             tick()
+        if self.recording._flush_due:
+            self.recording.flush()
 
 
 def chrono(task_id: str, **headers) -> tuple:
@@ -124,7 +118,9 @@ def made(pool: Pool, limit_starts: Starts | None = None, loop: Loop | None = Non
     loop = loop or Loop()
     starts = ConsumerRecording(pool, start=limit_starts or Starts(),
                                finish=finishes or Finishes(), loop=loop, lease_ttl_ms=60_000,
-                               default_queue="celery", attempts=3, outage_s=30.0).install()
+                               default_queue="celery", attempts=3, outage_s=30.0,
+                               recorder=False).install()
+    loop.recording = starts
     return starts, loop
 
 
@@ -175,7 +171,7 @@ def test_deliveries_wait_for_idle_threads_and_a_task_that_ends_hands_on_the_next
     options_a["callback"]("result")
     pool.applied[0][2].f.set_result(None)  # the future of "a" ends too: counted once
     pool.applied[1][2].f.set_exception(RuntimeError("WorkerLostError"))  # "p" ended otherwise
-    assert len(loop.soon) == 1
+    assert starts._flush_due  # the recorder is woken
     loop.turn()
     assert [args[1] for args, _, _ in pool.applied] == ["a", "p", "b", "c", "d"]
     assert [len(s) for s in statement.statements] == [2, 2]  # the two freed threads' share one
@@ -211,7 +207,7 @@ def test_a_failed_statement_hands_each_delivery_its_request_and_pauses_early_sta
     for (args, _, _), request in zip(pool.applied, statement.statements[0], strict=True):
         early = args[2][EARLY_START]
         assert (early.request, early.started, early.failed) == (request, None, True)
-        assert early.finish_later == starts.finish_later  # its success still goes by the loop
+        assert early.finish_later == starts.finish_later  # its success still goes by the recorder
 
     statement.fail_with = None
     clock[0] += consumer_recording.PAUSE_AFTER_ERROR_S - 1
@@ -258,7 +254,7 @@ def test_successes_handed_over_are_recorded_together_on_the_next_turn(granted, m
     loop.turn()
     ran(pool, 0, "e1")
     ran(pool, 1, "e2")
-    assert finishes.statements == [] and len(loop.soon) == 1  # woken once
+    assert finishes.statements == [] and recording._flush_due  # the recorder is woken
     loop.turn()
     assert finishes.statements == [["e1", "e2"]]
     assert [args[1] for args, _, _ in pool.applied] == ["a", "b", "c"]
@@ -277,18 +273,15 @@ def test_a_failed_success_statement_is_tried_again_later_then_given_up(granted, 
     loop.turn()
     ran(pool, 0, "e1")
     loop.turn()
-    assert len(finishes.statements) == 1 and len(loop.later) == 1
-    loop.turn()
+    assert len(finishes.statements) == 1 and recording._retry_at > clock[0]
+    recording.flush()
     assert len(finishes.statements) == 1, "tried again before its pause"
     clock[0] += 29
-    _, wake = loop.later.pop()
-    wake()
+    recording.flush()
     assert len(finishes.statements) == 2 and recording._successes  # still within the outage
     clock[0] += 2
-    _, wake = loop.later.pop()
-    wake()
+    recording.flush()
     assert len(finishes.statements) == 3 and not recording._successes  # given up
-    assert loop.later == []
 
 
 def test_a_refused_statement_gets_the_tasks_attempts(granted):
@@ -301,8 +294,7 @@ def test_a_refused_statement_gets_the_tasks_attempts(granted):
     loop.turn()
     for _ in range(2):
         recording._retry_at = 0.0
-        _, wake = loop.later.pop()
-        wake()
+        recording.flush()
     assert finishes.statements == [["e1"]] * 3 and not recording._successes
 
 
@@ -317,3 +309,24 @@ def test_from_a_shutdown_on_the_tasks_record_their_own_and_close_records_the_res
     slept: list[float] = []
     recording.close(sleep=slept.append)
     assert finishes.statements == [["e1"], ["e1"]] and len(slept) == 2
+
+
+def test_the_recorder_thread_works_when_woken_and_stops_at_close(granted):
+    pool, finishes = Pool(limit=2), Finishes()
+    loop = Loop()
+    recording = ConsumerRecording(pool, start=Starts(), finish=finishes, loop=loop,
+                                  lease_ttl_ms=60_000, default_queue="celery", attempts=3,
+                                  outage_s=0.5).install()
+    deliver(recording, chrono("a"))
+    for tick in loop.on_tick:
+        tick()
+    deadline = time.monotonic() + 5
+    while not pool.applied and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [args[1] for args, _, _ in pool.applied] == ["a"]
+    ran(pool, 0, "e1")
+    while not finishes.statements and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert finishes.statements == [["e1"]]
+    recording.close()
+    assert not recording._recorder.is_alive()
