@@ -131,8 +131,7 @@ class ConsumerRecording:
         self.loop = loop
         self.lease_ttl_ms = lease_ttl_ms
         self.default_queue = default_queue
-        self.statements = 0  # start statements run here, for tests
-        self.early = 0  # deliveries handed over with their start made
+        self.early = 0  # deliveries handed over with their start made, for tests
         self._apply = pool.on_apply
         # Appended to by the consumer thread, taken from by the recorder.
         self._held: deque[_Delivery] = deque()
@@ -321,7 +320,6 @@ class ConsumerRecording:
         if not chosen:
             return
         requests = [request for _, request in chosen]
-        self.statements += 1
         metrics.count_starts("consumer", len(requests))
         try:
             results = self.start(requests)
