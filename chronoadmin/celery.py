@@ -119,8 +119,9 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         grants.start_refresher()
         if isinstance(pool, ThreadTaskPool):
             warm_threads(pool)
-            # Its deliveries wait for idle threads in the consumer, which records their
-            # starts and successes (scheduler.consumer_recording): the hub is its event loop.
+            # Its deliveries wait for idle threads in front of it, and a recorder thread beside
+            # the consumer records their starts and successes (scheduler.consumer_recording),
+            # woken at the end of each turn of the consumer's event loop (the hub).
             hub = getattr(sender, "hub", None)
             if hub is not None:
                 record_in_consumer(pool, hub)
