@@ -56,7 +56,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,7 +316,7 @@ class ConsumerRecording:
         for delivery in taken:
             request_dict = _request_dict(delivery.args)
             if request_dict is not None and self._granted(delivery.args[0], request_dict):
-                chosen.append((request_dict, self._request(request_dict, at_ms)))
+                chosen.append((request_dict, start_request(request_dict, self.lease_ttl_ms, at_ms)))
         if not chosen:
             return
         requests = [request for _, request in chosen]
@@ -348,17 +348,6 @@ class ConsumerRecording:
             return grants.refusal(tenant_id, str(task_name), queue) is None
         except DatabaseError:
             return False
-
-    def _request(self, request_dict: dict[str, Any], at_ms: int) -> StartRequest:
-        fire_ms = fire_ms_of(request_dict.get("chrono_fire_ms"))
-        return StartRequest(
-            execution_id=str(request_dict["chrono_execution_id"]),
-            attempt=int(request_dict.get("chrono_attempt") or 1),
-            worker_id=request_dict.get("hostname") or "unknown",
-            lease_ttl_ms=self.lease_ttl_ms,
-            at_ms=at_ms,
-            scheduled_for=None if fire_ms is None else ms_to_datetime(fire_ms),
-        )
 
     def _hand_over(self, delivery: _Delivery) -> None:
         slot = _Slot(self)
@@ -422,6 +411,21 @@ def _request_dict(args: Sequence[Any]) -> dict[str, Any] | None:
     if len(args) > 2 and isinstance(args[2], dict) and args[2].get("chrono_execution_id"):
         return args[2]
     return None
+
+
+def start_request(request: Mapping[str, Any], lease_ttl_ms: int, at_ms: int) -> StartRequest:
+    """The start of the delivery whose request (its headers, ``hostname`` among them) is
+    ``request``: the recorder's, and a task's own (``vars(task.request)``)."""
+    fire_ms = fire_ms_of(request.get("chrono_fire_ms"))
+    return StartRequest(
+        execution_id=str(request["chrono_execution_id"]),
+        attempt=int(request.get("chrono_attempt") or 1),
+        worker_id=request.get("hostname") or "unknown",
+        lease_ttl_ms=lease_ttl_ms,
+        at_ms=at_ms,
+        # The partition key (scheduler.lifecycle, "Partition key").
+        scheduled_for=None if fire_ms is None else ms_to_datetime(fire_ms),
+    )
 
 
 def fire_ms_of(raw: object) -> int | None:

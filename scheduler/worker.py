@@ -47,7 +47,13 @@ from scheduler.attempts import (
 from scheduler.batching import Coalescer
 from scheduler.cancellation import finish_cancelled
 from scheduler.clock import ms_to_datetime, now_ms
-from scheduler.consumer_recording import EARLY_START, ConsumerRecording, EarlyStart, fire_ms_of
+from scheduler.consumer_recording import (
+    EARLY_START,
+    ConsumerRecording,
+    EarlyStart,
+    fire_ms_of,
+    start_request,
+)
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
 from scheduler.executions import (
     FinishRequest,
@@ -323,16 +329,7 @@ class ChronoTask(Task):
         if refused is not None:
             self._refuse(execution_id, refused)
             return None
-        header_fire_ms = fire_ms_header(self.request)
-        request = StartRequest(
-            execution_id=execution_id,
-            attempt=int(getattr(self.request, "chrono_attempt", 1) or 1),
-            worker_id=self.request.hostname or "unknown",
-            lease_ttl_ms=settings.lease_ttl_ms,
-            at_ms=now_ms(),
-            # The partition key (scheduler.lifecycle, "Partition key").
-            scheduled_for=None if header_fire_ms is None else ms_to_datetime(header_fire_ms),
-        )
+        request = start_request(vars(self.request), settings.lease_ttl_ms, now_ms())
         return request, self._start(request)
 
     def _start(self, request: StartRequest) -> StartedExecution | None:
