@@ -12,10 +12,12 @@ import os
 import time
 
 from celery import Celery
+from celery.concurrency.prefork import TaskPool as PreforkTaskPool
 from celery.concurrency.solo import TaskPool as SoloTaskPool
 from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from celery.signals import (
     task_prerun,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_ready,
@@ -102,6 +104,21 @@ def _recycle_stale_database_connections(**_: object) -> None:
         close_old_connections()
 
 
+@worker_init.connect
+def _before_the_pool_forks(**_: object) -> None:
+    # A prefork pool's children inherit the sending end of the channel their successes reach
+    # the consumer's recorder through (scheduler.consumer_recording).
+    from django.db import connections
+
+    from scheduler.consumer_recording import open_success_channel
+
+    open_success_channel()
+    # And no database connection: the start-up checks' would be shared with every child, and
+    # a query of the worker's process on it (the recorder's grants) waited for ever on an
+    # answer a child had read.
+    connections.close_all()
+
+
 @worker_ready.connect
 def _prepare_worker(sender: object = None, **_: object) -> None:
     # The worker's process, once its consumer is up. A thread pool's tasks run in it: its
@@ -129,6 +146,21 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         # one at a time, so every thread's records are its task's, as in a prefork child).
         if log_capture.install_for(get_config()) and isinstance(pool, SoloTaskPool):
             log_capture.capture_process_wide()
+    from scheduler.consumer_recording import close_success_channel, success_channel
+
+    channel = success_channel()
+    hub = getattr(sender, "hub", None)
+    if isinstance(pool, PreforkTaskPool) and channel is not None and hub is not None:
+        from chronocore import grants
+        from scheduler.worker import record_in_consumer
+
+        # The children's starts are made here, as the consumer hands each to an idle child,
+        # and their successes recorded here, as they send them (the same recorder as a thread
+        # pool's); the grants are read here for that.
+        grants.start_refresher()
+        record_in_consumer(pool, hub, channel)
+    else:
+        close_success_channel()
     # Every worker advances workflow runs as their steps end, in a child process of its own
     # (workflows.engine_child), unless the deployment runs `chrono workflow-engine` for it.
     if get_config().workflow_engine_in_worker and not _engine_child:
@@ -157,9 +189,11 @@ def _no_engine_restarts(**_: object) -> None:
 def _stop_engine_child(**_: object) -> None:
     # After the worker's own tasks: the successes its consumer still holds are recorded, and
     # the ends they wrote are applied before the child stops.
+    from scheduler.consumer_recording import close_success_channel
     from scheduler.worker import close_consumer_recording
 
     close_consumer_recording()
+    close_success_channel()
     while _engine_child:
         _engine_child.pop().stop()
 
@@ -170,10 +204,19 @@ def _prepare_pool_child(**_: object) -> None:
     # records while it runs are that task's.
     from chronocore import grants
     from scheduler import log_capture
+    from scheduler.consumer_recording import success_channel
     from scheduler.worker import connect_recording
 
-    connect_recording()
-    grants.start_refresher()
+    channel = success_channel()
+    if channel is not None:
+        # Its starts and successes are recorded in the worker's process, which reads the
+        # grants: what a task still records itself (a failure, a refusal, what the recorder
+        # left it) connects and reads on first use. Three connections and a thread less a child
+        # (~190 connections less for 64 children).
+        channel.child_side()
+    else:
+        connect_recording()
+        grants.start_refresher()
     if log_capture.install_for(get_config()):
         log_capture.capture_process_wide()
     freeze_startup_heap()

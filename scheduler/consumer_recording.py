@@ -1,5 +1,5 @@
-"""A thread pool's recording made beside its consumer: the starts of the deliveries its idle
-threads take, and the successes its tasks hand over, by one recorder thread.
+"""A pool's recording made beside its consumer: the starts of the deliveries its idle threads
+(or prefork children) take, and the successes its tasks hand over, by one recorder thread.
 
 Without this, each task thread records its own start and success (:class:`scheduler.worker.
 ChronoTask`), each a statement shared with the threads doing the same at that moment
@@ -43,6 +43,11 @@ later turns, with the task threads' patience (``outage_s`` while PostgreSQL cann
 ``attempts`` times when it refused the statement), then given up as the task thread gives it
 up: the run stays RUNNING until its lease expires and the reaper applies its retry policy.
 
+A prefork pool's children are other processes (:class:`SuccessChannel`): the early start
+travels pickled in the request, each child sends its success back through a datagram socket
+inherited from the worker's process (the recorder reads it on the turn its result wakes), and
+the deliveries are handed to the pool in the consumer's loop, which the pool requires.
+
 Every delivery held is handed to the pool, in arrival order, whatever happened to its start. At
 the worker's stop those still held are not run: their messages, never acknowledged, go back to
 the queue (as those left in the pool's own queue do). From the start of a warm shutdown the
@@ -53,6 +58,8 @@ tasks record their own successes; those handed over before it are recorded by
 from __future__ import annotations
 
 import logging
+import pickle
+import socket
 import threading
 import time
 from collections import deque
@@ -86,7 +93,8 @@ class EarlyStart:
     request: StartRequest
     started: StartedExecution | None
     failed: bool = False
-    # Takes the task's success to record (False: record it yourself).
+    # Takes the task's success to record (False: record it yourself). Pickled with the request
+    # for a prefork child: there it is :func:`send_success`.
     finish_later: Callable[[FinishRequest], bool] | None = None
 
 
@@ -121,7 +129,8 @@ class ConsumerRecording:
                                                      Sequence[StartedExecution | None]],
                  finish: Callable[[Sequence[FinishRequest]], Sequence[bool]],
                  loop: Any, lease_ttl_ms: int, default_queue: str, attempts: int,
-                 outage_s: float, recorder: bool = True) -> None:
+                 outage_s: float, recorder: bool = True,
+                 channel: SuccessChannel | None = None) -> None:
         self.pool = pool
         self.limit = max(int(pool.limit), 1)
         self.start = start
@@ -132,6 +141,10 @@ class ConsumerRecording:
         self.lease_ttl_ms = lease_ttl_ms
         self.default_queue = default_queue
         self.early = 0  # deliveries handed over with their start made, for tests
+        # A prefork pool's: its children send their successes here, and its deliveries are
+        # handed over in the consumer's loop (the pool is not thread-safe).
+        self.channel = channel
+        self._finish_later = self.finish_later if channel is None else send_success
         self._apply = pool.on_apply
         # Appended to by the consumer thread, taken from by the recorder.
         self._held: deque[_Delivery] = deque()
@@ -147,6 +160,7 @@ class ConsumerRecording:
         self._busy = 0
         self._flush_due = False
         self._successes: list[_Success] = []
+        self._to_hand_over: deque[tuple[_Delivery, _Slot]] = deque()
         self._closing = False
         self._stopped = False
         self._recorder = (threading.Thread(target=self._record, name="chrono-recorder",
@@ -197,7 +211,9 @@ class ConsumerRecording:
         and the successes, woken once for all the threads freed before its turn."""
         with self._lock:
             self._busy -= 1
-            if (self._held or self._successes) and not self._flush_due:
+            # A prefork child sent its success before its result reached the consumer.
+            if ((self._held or self._successes or self.channel is not None)
+                    and not self._flush_due):
                 self._flush_due = True
                 self._work.notify()
 
@@ -232,6 +248,7 @@ class ConsumerRecording:
         if self._recorder is not None and self._recorder.is_alive():
             self._recorder.join(self.outage_s + 5.0)
         while True:
+            self._receive_successes()
             with self._lock:
                 waiting = bool(self._successes)
             if not waiting:
@@ -242,6 +259,7 @@ class ConsumerRecording:
     def flush(self) -> None:
         """Record the successes handed over, then hand as many held deliveries to the pool as
         it has idle threads, the Chrono ones among them started first."""
+        self._receive_successes()
         with self._lock:
             # Cleared before the idle threads are counted: a thread freed after the count asks
             # for the next flush itself.
@@ -253,13 +271,38 @@ class ConsumerRecording:
         if idle <= 0 or not self._held:
             return
         taken = [self._held.popleft() for _ in range(min(idle, len(self._held)))]
+        # Each takes its thread (its process) now, before the next count of the idle ones.
+        slots = [_Slot(self) for _ in taken]
         try:
             self._start_early(taken)
         except Exception:  # noqa: BLE001 - whatever failed, no delivery may be lost
             log.exception("starting %d deliveries in the consumer failed; their tasks start "
                           "them", len(taken))
-        for delivery in taken:
-            self._hand_over(delivery)
+        if self.channel is None:
+            for delivery, slot in zip(taken, slots, strict=True):
+                self._hand_over(delivery, slot)
+            return
+        with self._lock:
+            self._to_hand_over.extend(zip(taken, slots, strict=True))
+        # Thread-safe: it wakes the loop from its wait for the broker.
+        self.loop.call_soon(self._hand_over_taken)
+
+    def _hand_over_taken(self) -> None:
+        """In the consumer's loop: hand a prefork pool what the recorder took, in order."""
+        while True:
+            with self._lock:
+                if not self._to_hand_over:
+                    return
+                delivery, slot = self._to_hand_over.popleft()
+            self._hand_over(delivery, slot)
+
+    def _receive_successes(self) -> None:
+        if self.channel is None:
+            return
+        received = self.channel.receive()
+        if received:
+            with self._lock:
+                self._successes.extend(_Success(finish) for finish in received)
 
     def _record_successes(self) -> None:
         with self._lock:
@@ -330,11 +373,11 @@ class ConsumerRecording:
                         len(requests), PAUSE_AFTER_ERROR_S, exc)
             for request_dict, request in chosen:
                 request_dict[EARLY_START] = EarlyStart(request, None, failed=True,
-                                                       finish_later=self.finish_later)
+                                                       finish_later=self._finish_later)
             return
         for (request_dict, request), started in zip(chosen, results, strict=True):
             request_dict[EARLY_START] = EarlyStart(request, started,
-                                                   finish_later=self.finish_later)
+                                                   finish_later=self._finish_later)
         self.early += len(chosen)
 
     def _granted(self, task_name: object, request_dict: dict[str, Any]) -> bool:
@@ -349,10 +392,11 @@ class ConsumerRecording:
         except DatabaseError:
             return False
 
-    def _hand_over(self, delivery: _Delivery) -> None:
-        slot = _Slot(self)
+    def _hand_over(self, delivery: _Delivery, slot: _Slot) -> None:
         options = dict(delivery.options)
         options["callback"] = slot.freeing(options.get("callback"))
+        # A prefork pool's: its child died, or the task's hard time limit ended it.
+        options["error_callback"] = slot.freeing(options.get("error_callback"))
         try:
             result = self._apply(delivery.target, delivery.args, delivery.kwargs, **options)
         except Exception:  # noqa: BLE001 - the others are still to be handed over
@@ -364,6 +408,8 @@ class ConsumerRecording:
                 self._refused = True
                 log.exception("the thread pool refused a delivery (stopping?)")
             return
+        if self.channel is not None:
+            return  # a prefork pool calls one of the two callbacks for every job
         future = getattr(result, "f", None)  # celery.concurrency.thread.ApplyResult's
         if future is None:
             # Nothing would say when a task that failed outside its body ends: the deliveries
@@ -395,13 +441,10 @@ class _Slot:
             self.taken = False
             self.owner._freed()
 
-    def freeing(self, callback: Callable[..., Any] | None) -> Callable[..., Any] | None:
-        if callback is None:
-            return None
-
+    def freeing(self, callback: Callable[..., Any] | None) -> Callable[..., Any]:
         def free_then_call(*args: Any, **kwargs: Any) -> Any:
             self.free()
-            return callback(*args, **kwargs)
+            return None if callback is None else callback(*args, **kwargs)
         return free_then_call
 
 
@@ -434,3 +477,86 @@ def fire_ms_of(raw: object) -> int | None:
         return int(raw) if raw else None  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return None
+
+
+class SuccessChannel:
+    """How a prefork pool's children hand their successes to the recorder in their parent: a
+    pair of connected datagram sockets, made before the pool forks, so that every child
+    (those forked later to replace one included) inherits the sending end; nothing outside
+    the worker's process tree can reach it. A datagram arrives whole or not at all, and is
+    in the parent's socket before the child's result reaches the consumer, which wakes the
+    recorder: the success is read on that turn."""
+
+    # A success larger than this (a large result) is recorded by its task, as a failed send is.
+    MAX_BYTES = 64 * 1024
+    # A parent that stopped reading: the child records the success itself after this long.
+    SEND_TIMEOUT_S = 5.0
+
+    def __init__(self) -> None:
+        self.receiver, self.sender = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.receiver.setblocking(False)
+        self.sender.settimeout(self.SEND_TIMEOUT_S)
+
+    def send(self, finish: FinishRequest) -> bool:
+        """In a child: hand ``finish`` over; False when it was not (the task records it)."""
+        try:
+            data = pickle.dumps(finish, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - a result pickle cannot carry: the task records it
+            return False
+        if len(data) > self.MAX_BYTES:
+            return False
+        try:
+            self.sender.send(data)
+        except OSError as exc:
+            log.warning("could not hand the success of %s to the worker's recorder (recorded "
+                        "by the task): %r", finish.started.execution_id, exc)
+            return False
+        return True
+
+    def receive(self) -> list[FinishRequest]:
+        """In the parent: every success sent and not yet read."""
+        received: list[FinishRequest] = []
+        while True:
+            try:
+                data = self.receiver.recv(self.MAX_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return received
+            except OSError:
+                return received  # closed
+            try:
+                received.append(pickle.loads(data))  # noqa: S301 - sent by our own children
+            except Exception:  # noqa: BLE001 - one bad datagram must not lose the others
+                log.exception("a success handed over by a pool child could not be read")
+
+    def child_side(self) -> None:
+        """In a child after the fork: it only sends."""
+        self.receiver.close()
+
+    def close(self) -> None:
+        self.receiver.close()
+        self.sender.close()
+
+
+_channel: list[SuccessChannel] = []
+
+
+def open_success_channel() -> SuccessChannel:
+    """Made in a worker's process before its pool forks (``worker_init``)."""
+    if not _channel:
+        _channel.append(SuccessChannel())
+    return _channel[0]
+
+
+def success_channel() -> SuccessChannel | None:
+    return _channel[0] if _channel else None
+
+
+def close_success_channel() -> None:
+    while _channel:
+        _channel.pop().close()
+
+
+def send_success(finish: FinishRequest) -> bool:
+    """A prefork child's :attr:`EarlyStart.finish_later` (pickled by name with the request):
+    hand ``finish`` to the recorder in the worker's process; False when it was not."""
+    return bool(_channel) and _channel[0].send(finish)

@@ -3,10 +3,10 @@
 A message published by Chrono carries ``chrono_execution_id`` and ``chrono_attempt`` headers. The
 task starts the execution with a conditional update before running the body; a delivery that may
 not start (a duplicate, a cancelled execution, a stale attempt) returns without running anything.
-In a thread pool a recorder thread beside the worker's consumer records the starts (as idle
-threads take the deliveries) and the successes, one statement of each a turn
-(:mod:`scheduler.consumer_recording`); otherwise, and for what the recorder leaves to the task,
-the task records them, the concurrent tasks of a thread pool sharing statements
+In a thread or prefork pool a recorder thread beside the worker's consumer records the starts
+(as idle threads or children take the deliveries) and the successes, one statement of each a
+turn (:mod:`scheduler.consumer_recording`); in a solo pool, and for what the recorder leaves to
+the task, the task records them, the concurrent tasks of a thread pool sharing statements
 (:mod:`scheduler.batching`).
 While the body runs, the process's lease keeper renews the execution's lease. A failure goes to
 the job's retry policy (``chrono_retry_policy`` header): another attempt after a backoff, or the
@@ -51,6 +51,7 @@ from scheduler.consumer_recording import (
     EARLY_START,
     ConsumerRecording,
     EarlyStart,
+    SuccessChannel,
     fire_ms_of,
     start_request,
 )
@@ -125,9 +126,11 @@ def connect_recording(*, batches: bool = False) -> None:
         _finish_batch_connection.connect()
 
 
-def record_in_consumer(pool: object, hub: object) -> ConsumerRecording:
-    """Record a thread pool's starts and successes beside the worker's consumer
-    (:mod:`scheduler.consumer_recording`); ``hub``: the consumer's event loop."""
+def record_in_consumer(pool: object, hub: object,
+                       channel: SuccessChannel | None = None) -> ConsumerRecording:
+    """Record a pool's starts and successes beside the worker's consumer
+    (:mod:`scheduler.consumer_recording`); ``hub``: the consumer's event loop; ``channel``: a
+    prefork pool's, which its children send their successes through."""
     connections = (_consumer_start_connection, _consumer_start_batch_connection,
                    _consumer_finish_connection, _consumer_finish_batch_connection)
     for own in connections:
@@ -144,6 +147,7 @@ def record_in_consumer(pool: object, hub: object) -> ConsumerRecording:
         default_queue=settings.default_queue,
         attempts=RECORD_ATTEMPTS,
         outage_s=RECORD_OUTAGE_S,
+        channel=channel,
     ).install()
     _consumer_recording.append(recording)
     return recording

@@ -207,16 +207,18 @@ def test_a_soft_timeout_stops_the_task_and_a_hard_one_kills_it_then_the_attempt_
     assert execution.attempt == 2 and "lost" in execution.reason
 
 
-def test_a_thread_pool_worker_killed_with_deliveries_waiting_for_its_threads_loses_none(
-        platform, tenant):
-    """A thread pool's consumer holds the deliveries its threads cannot take yet and starts each
-    only as a thread takes it (scheduler.consumer_recording). Killed with two running and six
-    waiting, it had started only the two: the six go back to the queue unstarted and run once
-    on the next worker, the two are found lost by the reaper and run again."""
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_worker_killed_with_deliveries_waiting_for_its_pool_loses_none(platform, tenant,
+                                                                          pool):
+    """A worker's consumer holds the deliveries its pool's threads (its children) cannot take
+    yet and starts each only as one takes it (scheduler.consumer_recording). Killed with two
+    running and six waiting, it had started only the two: the six go back to the queue
+    unstarted and run once on the next worker, the two are found lost by the reaper and run
+    again."""
 
     with platform.together():
         platform.start_beat()
-        victim = platform.start_worker("worker-a", concurrency=2, pool="threads", **FAST_LEASES)
+        victim = platform.start_worker("worker-a", concurrency=2, pool=pool, **FAST_LEASES)
         platform.start_reaper(**FAST_LEASES)
     jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 3}) for _ in range(8)]
     executions = Execution.objects.filter(job__in=jobs)
@@ -228,10 +230,14 @@ def test_a_thread_pool_worker_killed_with_deliveries_waiting_for_its_threads_los
     assert executions.filter(status="DISPATCHED").count() == 6, "a waiting delivery started"
     killed = set(executions.filter(status="RUNNING").values_list("execution_id", flat=True))
 
+    children = pool_children(victim.pid)
     victim.signal(signal.SIGKILL)
     victim.popen.wait(10)
+    # Celery's prefork children are killed with their parent (PR_SET_PDEATHSIG).
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children),
+                    timeout_s=20)
     port = free_port()
-    platform.start_worker("worker-b", concurrency=2, pool="threads", metrics_port=port,
+    platform.start_worker("worker-b", concurrency=2, pool=pool, metrics_port=port,
                           **FAST_LEASES)
     assert wait_for(lambda: executions.filter(status="SUCCEEDED").count() == 8, timeout_s=90)
     time.sleep(1)  # a late second run would show by now
@@ -240,24 +246,25 @@ def test_a_thread_pool_worker_killed_with_deliveries_waiting_for_its_threads_los
     for execution in executions:
         assert execution.worker_id.startswith("worker-b@")
         assert execution.attempt == (2 if execution.execution_id in killed else 1)
-    # Every start of the next worker was made by its consumer as its threads took them: the
-    # eight first deliveries (the killed two's refused there, their executions held or moved
-    # on) and the killed two's second attempts.
+    # Every start of the next worker was made by its consumer as its threads (children) took
+    # them: the eight first deliveries (the killed two's refused there, their executions held
+    # or moved on) and the killed two's second attempts.
     worker_b = probe_metrics(port)
     assert value(worker_b, "chrono_worker_starts_total", made_by="consumer") == 10
     assert value(worker_b, "chrono_worker_starts_total", made_by="task") == 0
     assert value(worker_b, "chrono_worker_executions_total", outcome="not_startable") == 2
 
 
-def test_a_thread_pool_worker_stopped_mid_run_records_every_success_before_it_exits(
-        platform, tenant):
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_worker_stopped_mid_run_records_every_success_before_it_exits(platform, tenant,
+                                                                         pool):
     """A warm shutdown (SIGTERM: a deploy, a scale-down) lets the running tasks end; their
-    successes are recorded before the process exits, though the consumer that records them
-    while the worker runs (scheduler.consumer_recording) has stopped its loop: nothing is left
-    RUNNING for the reaper to call lost and run again."""
+    successes are recorded before the process exits, though the consumer's recorder that
+    records them while the worker runs (scheduler.consumer_recording) has stopped: nothing is
+    left RUNNING for the reaper to call lost and run again."""
     with platform.together():
         platform.start_beat()
-        worker = platform.start_worker("worker-a", concurrency=8, pool="threads")
+        worker = platform.start_worker("worker-a", concurrency=8, pool=pool)
     jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 2}) for _ in range(6)]
     executions = Execution.objects.filter(job__in=jobs)
     assert wait_for(lambda: executions.filter(status="RUNNING").count() == 6, timeout_s=30)

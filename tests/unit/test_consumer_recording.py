@@ -6,6 +6,8 @@ worker's stop."""
 
 from __future__ import annotations
 
+import os
+import pickle
 import time
 from concurrent.futures import Future
 
@@ -330,3 +332,139 @@ def test_the_recorder_thread_works_when_woken_and_stops_at_close(granted):
     assert finishes.statements == [["e1"]]
     recording.close()
     assert not recording._recorder.is_alive()
+
+
+# A prefork pool: its children send their successes through a SuccessChannel, and what the
+# recorder takes is handed to the pool in the consumer's loop.
+
+class PreforkLoop(Loop):
+    """A kombu hub whose ``call_soon`` (thread-safe) runs its callbacks on its next turn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.soon: list = []
+
+    def call_soon(self, callback) -> None:
+        self.soon.append(callback)
+
+    def turn(self) -> None:
+        super().turn()
+        soon, self.soon = self.soon, []
+        for callback in soon:
+            callback()
+
+
+class PreforkPool(Pool):
+    """billiard's ApplyResult carries no future: the consumer calls ``callback`` when a child's
+    result comes back, ``error_callback`` when the child died."""
+
+    def on_apply(self, target, args=None, kwargs=None, **options):
+        super().on_apply(target, args, kwargs, **options)
+        return object()
+
+
+@pytest.fixture
+def channel():
+    made_channel = consumer_recording.open_success_channel()
+    yield made_channel
+    consumer_recording.close_success_channel()
+
+
+def prefork(pool: Pool, channel, finishes: Finishes | None = None, starts: Starts | None = None):
+    loop = PreforkLoop()
+    recording = ConsumerRecording(pool, start=starts or Starts(), finish=finishes or Finishes(),
+                                  loop=loop, lease_ttl_ms=60_000, default_queue="celery",
+                                  attempts=3, outage_s=30.0, recorder=False,
+                                  channel=channel).install()
+    loop.recording = recording
+    return recording, loop
+
+
+def in_a_child(work) -> int:
+    """Run ``work`` in a forked process, as a pool child runs its task; its exit status."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if work() else 3
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_prefork_childs_success_reaches_the_recorder_in_its_parent(channel):
+    finish = FinishRequest(StartedExecution("e1", 7, 1, ms_to_datetime(1_700_000_000_000)),
+                           "SUCCEEDED", result={"rows": [1, 2]}, exit_code=0, at_ms=5)
+    assert in_a_child(lambda: consumer_recording.send_success(finish)) == 0
+    assert channel.receive() == [finish]
+    assert channel.receive() == []
+
+
+def test_a_success_the_channel_cannot_carry_is_left_to_the_task(channel):
+    started = StartedExecution("e1", 7, 1)
+    too_large = FinishRequest(started, "SUCCEEDED", result="x" * channel.MAX_BYTES)
+    unpicklable = FinishRequest(started, "SUCCEEDED", result=lambda: None)
+    assert consumer_recording.send_success(too_large) is False
+    assert consumer_recording.send_success(unpicklable) is False
+    assert channel.receive() == []
+    channel.receiver.close()  # the parent is gone
+    assert consumer_recording.send_success(success("e2")) is False
+
+
+def test_without_a_channel_a_child_records_its_own_success():
+    assert consumer_recording.success_channel() is None
+    assert consumer_recording.send_success(success("e1")) is False
+
+
+def test_a_prefork_pool_gets_its_deliveries_in_the_consumers_loop_with_their_start(
+        granted, channel):
+    pool, statement = PreforkPool(limit=2), Starts()
+    recording, loop = prefork(pool, channel, starts=statement)
+    deliver(recording, chrono("a"), chrono("b"), chrono("c"))
+    for tick in loop.on_tick:
+        tick()
+    recording.flush()  # the recorder's turn, in its thread
+    assert pool.applied == [] and len(loop.soon) == 1  # handed over in the loop, not here
+    assert recording._busy == 2  # the two children are taken already
+    loop.turn()
+    assert [args[1] for args, _, _ in pool.applied] == ["a", "b"]
+    assert len(statement.statements) == 1
+    early = pool.applied[0][0][2][EARLY_START]
+    # Pickled into the child with its request: its success goes back by the channel.
+    assert early.finish_later is consumer_recording.send_success
+    assert pickle.loads(pickle.dumps(early)) == early
+
+
+def test_a_prefork_childs_success_and_death_free_its_place_and_successes_are_recorded(
+        granted, channel):
+    pool, finishes = PreforkPool(limit=2), Finishes()
+    recording, loop = prefork(pool, channel, finishes=finishes)
+    deliver(recording, chrono("a"), chrono("b"), chrono("c"), chrono("d"))
+    loop.turn()
+    loop.turn()
+    assert [args[1] for args, _, _ in pool.applied] == ["a", "b"]
+
+    # "a" succeeds: the child sends its success, then its result reaches the consumer.
+    args_a, options_a, _ = pool.applied[0]
+    assert in_a_child(lambda: args_a[2][EARLY_START].finish_later(success("e-a"))) == 0
+    options_a["callback"]("result")
+    # "b"'s child is killed: billiard calls the error callback.
+    pool.applied[1][1]["error_callback"](RuntimeError("WorkerLostError"))
+    assert recording._flush_due
+    loop.turn()
+    loop.turn()
+    assert finishes.statements == [["e-a"]]
+    assert [args[1] for args, _, _ in pool.applied] == ["a", "b", "c", "d"]
+    assert recording._busy == 2
+
+
+def test_a_prefork_pools_last_successes_are_recorded_at_close(granted, channel):
+    pool, finishes = PreforkPool(limit=2), Finishes()
+    recording, loop = prefork(pool, channel, finishes=finishes)
+    deliver(recording, chrono("a"))
+    loop.turn()
+    loop.turn()
+    early = pool.applied[0][0][2][EARLY_START]
+    assert in_a_child(lambda: early.finish_later(success("e-a"))) == 0
+    recording.close(sleep=lambda s: None)  # the pool joined before the worker's shutdown
+    assert finishes.statements == [["e-a"]]
