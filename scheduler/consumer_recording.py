@@ -82,6 +82,8 @@ log = logging.getLogger("chrono.worker")
 # ``chrono_``-prefixed: those are the message's headers, sent again with a next attempt.
 EARLY_START = "early_start"
 PAUSE_AFTER_ERROR_S = 5.0
+# Starts of dropped deliveries kept for their messages' next delivery, at most.
+UNRUN_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,8 @@ class ConsumerRecording:
         self._flush_due = False
         self._successes: list[_Success] = []
         self._to_hand_over: deque[tuple[_Delivery, _Slot]] = deque()
+        # Starts made for deliveries a prefork pool dropped unrun, by execution id.
+        self._unrun: dict[str, EarlyStart] = {}
         self._closing = False
         self._stopped = False
         self._recorder = (threading.Thread(target=self._record, name="chrono-recorder",
@@ -168,6 +172,8 @@ class ConsumerRecording:
 
     def install(self) -> ConsumerRecording:
         self.pool.on_apply = self.on_apply
+        self._pool_flush = getattr(self.pool, "flush", None)
+        self.pool.flush = self.drop_held
         # Deliveries reach on_apply from the loop's reads, its timers or its ready callbacks:
         # a tick runs after all of them, before the loop waits again.
         self.loop.on_tick.add(self._tick)
@@ -198,6 +204,18 @@ class ConsumerRecording:
         the pool in the order they came)."""
         self._held.append(_Delivery(target, args or (), kwargs, options))
         self._arrived = True
+
+    def drop_held(self) -> None:
+        """The consumer lost its broker connection (Celery flushes the pool then): the
+        deliveries held, never started, are dropped as Celery drops those it had not yet handed
+        to the pool; the broker delivers their messages again."""
+        dropped = len(self._held)
+        self._held.clear()
+        if dropped:
+            log.warning("broker connection lost: %d deliveries waiting for the pool dropped "
+                        "(the broker delivers them again)", dropped)
+        if self._pool_flush is not None:
+            self._pool_flush()
 
     def _tick(self) -> None:
         """The end of the consumer loop's turn: what arrived during it goes to the recorder in
@@ -296,6 +314,29 @@ class ConsumerRecording:
                 delivery, slot = self._to_hand_over.popleft()
             self._hand_over(delivery, slot)
 
+    def _on_discard(self, job: Any, delivery: _Delivery, slot: _Slot) -> None:
+        """A job the pool drops when the consumer lost its broker connection gives its place
+        back. billiard drops every job no child has acknowledged yet: one already being
+        written to a child still runs there (``_write_to`` is set as its writing begins);
+        one still in the pool's buffer never runs. A start made here for the latter is kept
+        for its message, which the broker delivers again (:meth:`_unrun_start`)."""
+        discard = getattr(job, "discard", None)
+        if discard is None:
+            return
+        request_dict = _request_dict(delivery.args)
+        early = None if request_dict is None else request_dict.get(EARLY_START)
+
+        def discarded() -> None:
+            slot.free()
+            if (early is not None and early.started is not None
+                    and getattr(job, "_write_to", None) is None):
+                with self._lock:
+                    if len(self._unrun) >= UNRUN_KEPT:  # never delivered here again
+                        self._unrun.clear()
+                    self._unrun[early.request.execution_id] = early
+            discard()
+        job.discard = discarded
+
     def _receive_successes(self) -> None:
         if self.channel is None:
             return
@@ -358,8 +399,14 @@ class ConsumerRecording:
         at_ms = now_ms()
         for delivery in taken:
             request_dict = _request_dict(delivery.args)
-            if request_dict is not None and self._granted(delivery.args[0], request_dict):
-                chosen.append((request_dict, start_request(request_dict, self.lease_ttl_ms, at_ms)))
+            if request_dict is None or not self._granted(delivery.args[0], request_dict):
+                continue
+            request = start_request(request_dict, self.lease_ttl_ms, at_ms)
+            unrun = self._unrun_start(request)
+            if unrun is not None:
+                request_dict[EARLY_START] = unrun
+            else:
+                chosen.append((request_dict, request))
         if not chosen:
             return
         requests = [request for _, request in chosen]
@@ -379,6 +426,23 @@ class ConsumerRecording:
             request_dict[EARLY_START] = EarlyStart(request, started,
                                                    finish_later=self._finish_later)
         self.early += len(chosen)
+
+    def _unrun_start(self, request: StartRequest) -> EarlyStart | None:
+        """The start made here for this delivery's attempt when the pool dropped its first
+        delivery unrun, while that start's lease surely holds: the run is this delivery's (a
+        new start would be refused, the run being RUNNING, and it would wait for the reaper
+        to find it lost). None otherwise: delivered to another worker, the message waits for
+        the lease's expiry there."""
+        if not self._unrun:
+            return None
+        with self._lock:
+            early = self._unrun.pop(request.execution_id, None)
+        if (early is None or early.request.attempt != request.attempt
+                or request.at_ms - early.request.at_ms > self.lease_ttl_ms // 2):
+            return None
+        log.info("execution %s: delivered again after the pool dropped it unrun (broker "
+                 "connection lost); run on the start made for it", request.execution_id)
+        return early
 
     def _granted(self, task_name: object, request_dict: dict[str, Any]) -> bool:
         """Whether the delivery's tenant was granted its task on its queue (a refusal, an
@@ -409,7 +473,10 @@ class ConsumerRecording:
                 log.exception("the thread pool refused a delivery (stopping?)")
             return
         if self.channel is not None:
-            return  # a prefork pool calls one of the two callbacks for every job
+            # A prefork pool calls one of the two callbacks for every job it runs; one it drops
+            # unrun when the consumer lost its broker connection gives its place back too.
+            self._on_discard(result, delivery, slot)
+            return
         future = getattr(result, "f", None)  # celery.concurrency.thread.ApplyResult's
         if future is None:
             # Nothing would say when a task that failed outside its body ends: the deliveries

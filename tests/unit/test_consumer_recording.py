@@ -354,13 +354,35 @@ class PreforkLoop(Loop):
             callback()
 
 
+class Job:
+    """billiard's ApplyResult: no future; ``discard`` drops it from the pool's cache;
+    ``_write_to`` is the child it is being written to, once its writing began."""
+
+    def __init__(self) -> None:
+        self.discarded = False
+        self._write_to = None
+
+    def discard(self) -> None:
+        self.discarded = True
+
+
 class PreforkPool(Pool):
-    """billiard's ApplyResult carries no future: the consumer calls ``callback`` when a child's
-    result comes back, ``error_callback`` when the child died."""
+    """The consumer calls ``callback`` when a child's result comes back, ``error_callback``
+    when the child died; ``flush`` (a lost broker connection) discards the jobs no child has
+    taken yet, calling neither."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.jobs: list[Job] = []
+        self.flushed = 0
 
     def on_apply(self, target, args=None, kwargs=None, **options):
         super().on_apply(target, args, kwargs, **options)
-        return object()
+        self.jobs.append(Job())
+        return self.jobs[-1]
+
+    def flush(self) -> None:
+        self.flushed += 1
 
 
 @pytest.fixture
@@ -468,3 +490,52 @@ def test_a_prefork_pools_last_successes_are_recorded_at_close(granted, channel):
     assert in_a_child(lambda: early.finish_later(success("e-a"))) == 0
     recording.close(sleep=lambda s: None)  # the pool joined before the worker's shutdown
     assert finishes.statements == [["e-a"]]
+
+
+def test_a_lost_broker_connection_drops_the_held_deliveries_and_frees_the_discarded_jobs(
+        granted, channel):
+    pool, statement = PreforkPool(limit=3), Starts()
+    recording, loop = prefork(pool, channel, starts=statement)
+    deliver(recording, *(chrono(name) for name in "abcde"))
+    loop.turn()
+    loop.turn()
+    assert [args[1] for args, _, _ in pool.applied] == ["a", "b", "c"]
+
+    # Celery's consumer lost its connection: it flushes the pool, which discards the jobs no
+    # child acknowledged: "b", being written to a child (it runs there), and "c", still in the
+    # pool's buffer (it never runs); "d" and "e" were never started, and their messages, like
+    # those of "b" and "c", come again.
+    pool.flush()
+    assert pool.flushed == 1 and not recording._held
+    pool.jobs[1]._write_to = "child 2"
+    pool.jobs[1].discard()
+    pool.jobs[2].discard()
+    assert pool.jobs[1].discarded and pool.jobs[2].discarded and recording._busy == 1
+
+    # Delivered again: "c" runs on the start made for it (a new start would be refused, its
+    # run RUNNING); "b" is started anew, which the database refuses while its run holds.
+    deliver(recording, chrono("b"), chrono("c"))
+    loop.turn()
+    loop.turn()
+    assert [args[1] for args, _, _ in pool.applied] == ["a", "b", "c", "b", "c"]
+    assert pool.applied[4][0][2][EARLY_START] == pool.applied[2][0][2][EARLY_START]
+    assert [[r.execution_id for r in s] for s in statement.statements] == [
+        ["exec-a", "exec-b", "exec-c"], ["exec-b"]]
+
+
+def test_a_start_dropped_unrun_is_not_reused_once_its_lease_may_have_expired(
+        granted, channel, monkeypatch):
+    clock = [1_700_000_000_000]
+    monkeypatch.setattr(consumer_recording, "now_ms", lambda: clock[0])
+    pool, statement = PreforkPool(limit=1), Starts()
+    recording, loop = prefork(pool, channel, starts=statement)
+    deliver(recording, chrono("a"))
+    loop.turn()
+    loop.turn()
+    pool.flush()
+    pool.jobs[0].discard()
+    clock[0] += 30_001  # past half the lease (60 s): the reaper may be sending it again
+    deliver(recording, chrono("a"))
+    loop.turn()
+    loop.turn()
+    assert len(statement.statements) == 2  # a new start, which the database decides
