@@ -105,14 +105,23 @@ def _recycle_stale_database_connections(**_: object) -> None:
 
 
 @worker_init.connect
-def _before_the_pool_forks(**_: object) -> None:
+def _before_the_pool_forks(sender: object = None, **_: object) -> None:
     # A prefork pool's children inherit the sending end of the channel their successes reach
-    # the consumer's recorder through (scheduler.consumer_recording).
+    # the consumer's recorder through (scheduler.consumer_recording), when it has enough
+    # children for the recorder's batches to pay for its hand-overs.
+    from celery.concurrency import get_implementation
     from django.db import connections
 
-    from scheduler.consumer_recording import open_success_channel
+    from scheduler.consumer_recording import MIN_PREFORK_CHILDREN, open_success_channel
 
-    open_success_channel()
+    concurrency = getattr(sender, "concurrency", None)
+    try:
+        prefork = issubclass(get_implementation(getattr(sender, "pool_cls", None)),
+                             PreforkTaskPool)
+    except (ImportError, KeyError, TypeError, ValueError):
+        prefork = False
+    if prefork and isinstance(concurrency, int) and concurrency >= MIN_PREFORK_CHILDREN:
+        open_success_channel()
     # And no database connection: the start-up checks' would be shared with every child, and
     # a query of the worker's process on it (the recorder's grants) waited for ever on an
     # answer a child had read.

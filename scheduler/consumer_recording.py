@@ -84,6 +84,12 @@ EARLY_START = "early_start"
 PAUSE_AFTER_ERROR_S = 5.0
 # Starts of dropped deliveries kept for their messages' next delivery, at most.
 UNRUN_KEPT = 10_000
+# A prefork pool with fewer children keeps its tasks' own recording: each job's turn through
+# the recorder (its result back, a statement or two, the next delivery out) keeps a child
+# idle for milliseconds, which many children hide and a few do not (bench/RESULTS.md,
+# session 29, jobs/s through the recorder against recorded in the children: x2 507-635 against
+# 814-908, x4 408 against 659, x8 870 against 703, x64 945-1,279 against 595-663).
+MIN_PREFORK_CHILDREN = 8
 
 
 @dataclass(frozen=True, slots=True)

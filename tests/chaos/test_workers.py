@@ -14,6 +14,7 @@ import pytest
 from bench.common import queue_depth
 from chronocore.probe import free_port
 from scheduler import api
+from scheduler.consumer_recording import MIN_PREFORK_CHILDREN
 from scheduler.models import Execution, ExecutionStatus, Job
 from scheduler.retry import RetryPolicy
 from tests.helpers import attempts_log, deliveries, runs, wait_for
@@ -207,26 +208,29 @@ def test_a_soft_timeout_stops_the_task_and_a_hard_one_kills_it_then_the_attempt_
     assert execution.attempt == 2 and "lost" in execution.reason
 
 
-@pytest.mark.parametrize("pool", ["threads", "prefork"])
+# A prefork pool records beside its consumer from MIN_PREFORK_CHILDREN children on.
+@pytest.mark.parametrize("pool, size", [("threads", 2), ("prefork", MIN_PREFORK_CHILDREN)])
 def test_a_worker_killed_with_deliveries_waiting_for_its_pool_loses_none(platform, tenant,
-                                                                          pool):
+                                                                          pool, size):
     """A worker's consumer holds the deliveries its pool's threads (its children) cannot take
-    yet and starts each only as one takes it (scheduler.consumer_recording). Killed with two
-    running and six waiting, it had started only the two: the six go back to the queue
-    unstarted and run once on the next worker, the two are found lost by the reaper and run
-    again."""
+    yet and starts each only as one takes it (scheduler.consumer_recording). Killed with
+    ``size`` running and six waiting, it had started only those running: the six go back to
+    the queue unstarted and run once on the next worker, the others are found lost by the
+    reaper and run again."""
 
     with platform.together():
         platform.start_beat()
-        victim = platform.start_worker("worker-a", concurrency=2, pool=pool, **FAST_LEASES)
+        victim = platform.start_worker("worker-a", concurrency=size, pool=pool, **FAST_LEASES)
         platform.start_reaper(**FAST_LEASES)
-    jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 3}) for _ in range(8)]
+    count = size + 6
+    jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 3})
+            for _ in range(count)]
     executions = Execution.objects.filter(job__in=jobs)
-    assert wait_for(lambda: executions.filter(status="RUNNING").count() == 2
-                    and executions.count() == 8 and queue_depth(platform.queue) == 0,
+    assert wait_for(lambda: executions.filter(status="RUNNING").count() == size
+                    and executions.count() == count and queue_depth(platform.queue) == 0,
                     timeout_s=30)
-    time.sleep(0.5)  # a third start, if the waiting deliveries were started, would show now
-    assert executions.filter(status="RUNNING").count() == 2
+    time.sleep(0.5)  # one more start, if the waiting deliveries were started, would show now
+    assert executions.filter(status="RUNNING").count() == size
     assert executions.filter(status="DISPATCHED").count() == 6, "a waiting delivery started"
     killed = set(executions.filter(status="RUNNING").values_list("execution_id", flat=True))
 
@@ -237,22 +241,23 @@ def test_a_worker_killed_with_deliveries_waiting_for_its_pool_loses_none(platfor
     assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children),
                     timeout_s=20)
     port = free_port()
-    platform.start_worker("worker-b", concurrency=2, pool=pool, metrics_port=port,
+    platform.start_worker("worker-b", concurrency=size, pool=pool, metrics_port=port,
                           **FAST_LEASES)
-    assert wait_for(lambda: executions.filter(status="SUCCEEDED").count() == 8, timeout_s=90)
+    assert wait_for(lambda: executions.filter(status="SUCCEEDED").count() == count,
+                    timeout_s=90)
     time.sleep(1)  # a late second run would show by now
     assert set(runs(platform.redis).values()) == {1}, "a body completed twice"
-    assert len(runs(platform.redis)) == 8
+    assert len(runs(platform.redis)) == count
     for execution in executions:
         assert execution.worker_id.startswith("worker-b@")
         assert execution.attempt == (2 if execution.execution_id in killed else 1)
     # Every start of the next worker was made by its consumer as its threads (children) took
-    # them: the eight first deliveries (the killed two's refused there, their executions held
-    # or moved on) and the killed two's second attempts.
+    # them: every first delivery (the killed runs' refused there, their executions held or
+    # moved on) and the killed runs' second attempts.
     worker_b = probe_metrics(port)
-    assert value(worker_b, "chrono_worker_starts_total", made_by="consumer") == 10
+    assert value(worker_b, "chrono_worker_starts_total", made_by="consumer") == count + size
     assert value(worker_b, "chrono_worker_starts_total", made_by="task") == 0
-    assert value(worker_b, "chrono_worker_executions_total", outcome="not_startable") == 2
+    assert value(worker_b, "chrono_worker_executions_total", outcome="not_startable") == size
 
 
 @pytest.mark.parametrize("pool", ["threads", "prefork"])

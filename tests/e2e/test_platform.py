@@ -17,7 +17,9 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.parametrize("pool, concurrency", [("prefork", 2), ("threads", 16)])
+# A prefork pool of 2 records in its children, one of 8 beside its consumer
+# (scheduler.consumer_recording.MIN_PREFORK_CHILDREN).
+@pytest.mark.parametrize("pool, concurrency", [("prefork", 2), ("prefork", 8), ("threads", 16)])
 def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
         platform, tenant, pool, concurrency):
     with platform.together():
