@@ -479,8 +479,8 @@ class ConsumerRecording:
                 log.exception("the thread pool refused a delivery (stopping?)")
             return
         if self.channel is not None:
-            # A prefork pool calls one of the two callbacks for every job it runs; one it drops
-            # unrun when the consumer lost its broker connection gives its place back too.
+            # A prefork pool calls one of the two callbacks for every job it runs; one it
+            # discards when the consumer lost its broker connection gives its place back too.
             self._on_discard(result, delivery, slot)
             return
         future = getattr(result, "f", None)  # celery.concurrency.thread.ApplyResult's
