@@ -107,8 +107,9 @@ def _recycle_stale_database_connections(**_: object) -> None:
 @worker_init.connect
 def _before_the_pool_forks(sender: object = None, **_: object) -> None:
     # A prefork pool's children inherit the sending end of the channel their successes reach
-    # the consumer's recorder through (scheduler.consumer_recording), when it has enough
-    # children for the recorder's batches to pay for its hand-overs.
+    # the consumer's recorder through (scheduler.consumer_recording); the recorder makes
+    # their starts too when the pool has enough children for its batches to pay for its
+    # hand-overs.
     from celery.concurrency import get_implementation
     from django.db import connections
 
@@ -120,8 +121,8 @@ def _before_the_pool_forks(sender: object = None, **_: object) -> None:
                              PreforkTaskPool)
     except (ImportError, KeyError, TypeError, ValueError):
         prefork = False
-    if prefork and isinstance(concurrency, int) and concurrency >= MIN_PREFORK_CHILDREN:
-        open_success_channel()
+    if prefork and isinstance(concurrency, int):
+        open_success_channel(starts=concurrency >= MIN_PREFORK_CHILDREN)
     # And no database connection: the start-up checks' would be shared with every child, and
     # a query of the worker's process on it (the recorder's grants) waited for ever on an
     # answer a child had read.
@@ -163,10 +164,12 @@ def _prepare_worker(sender: object = None, **_: object) -> None:
         from chronocore import grants
         from scheduler.worker import record_in_consumer
 
-        # The children's starts are made here, as the consumer hands each to an idle child,
-        # and their successes recorded here, as they send them (the same recorder as a thread
-        # pool's); the grants are read here for that.
-        grants.start_refresher()
+        # The children's successes are recorded here, as they send them (the same recorder as
+        # a thread pool's), and from MIN_PREFORK_CHILDREN children on their starts are made
+        # here too, as the consumer hands each to an idle child; the grants are read here for
+        # that.
+        if channel.starts:
+            grants.start_refresher()
         record_in_consumer(pool, hub, channel)
     else:
         close_success_channel()
@@ -218,14 +221,15 @@ def _prepare_pool_child(**_: object) -> None:
 
     channel = success_channel()
     if channel is not None:
-        # Its starts and successes are recorded in the worker's process, which reads the
-        # grants: what a task still records itself (a failure, a refusal, what the recorder
-        # left it) connects and reads on first use. Three connections and a thread less a child
-        # (~190 connections less for 64 children).
+        # Its successes are sent to the worker's process (scheduler.consumer_recording).
         channel.child_side()
-    else:
+    if channel is None or not channel.starts:
         connect_recording()
         grants.start_refresher()
+    # Otherwise its starts are made there too, where the grants are read: what a task still
+    # records itself (a failure, a refusal, what the recorder left it) connects and reads on
+    # first use. Three connections and a thread less a child (~190 connections less for 64
+    # children).
     if log_capture.install_for(get_config()):
         log_capture.capture_process_wide()
     freeze_startup_heap()

@@ -46,7 +46,11 @@ up: the run stays RUNNING until its lease expires and the reaper applies its ret
 A prefork pool's children are other processes (:class:`SuccessChannel`): the early start
 travels pickled in the request, each child sends its success back through a datagram socket
 inherited from the worker's process (the recorder reads it on the turn its result wakes), and
-the deliveries are handed to the pool in the consumer's loop, which the pool requires.
+the deliveries are handed to the pool in the consumer's loop, which the pool requires. A prefork
+pool of fewer than :data:`MIN_PREFORK_CHILDREN` children (``hold=False``) goes to its pool as
+Celery sends it: each child makes its own start, as before, and only sends its success, which
+the recorder records as the channel brings it (the child takes its next delivery without
+waiting for that statement).
 
 Every delivery held is handed to the pool, in arrival order, whatever happened to its start. At
 the worker's stop those still held are not run: their messages, never acknowledged, go back to
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import select
 import socket
 import threading
 import time
@@ -84,12 +89,19 @@ EARLY_START = "early_start"
 PAUSE_AFTER_ERROR_S = 5.0
 # Starts of dropped deliveries kept for their messages' next delivery, at most.
 UNRUN_KEPT = 10_000
-# A prefork pool with fewer children keeps its tasks' own recording: each job's turn through
-# the recorder (its result back, a statement or two, the next delivery out) keeps a child
-# idle for milliseconds, which many children hide and a few do not (bench/RESULTS.md,
-# session 29, jobs/s through the recorder against recorded in the children: x2 507-635 against
-# 814-908, x4 408 against 659, x8 870 against 703, x64 945-1,279 against 595-663).
+# A prefork pool with fewer children keeps its tasks' own starts (and sends only its
+# successes, ``hold=False``): each job's turn through the recorder (its result back, a
+# statement or two, the next delivery out) keeps a child idle for milliseconds, which many
+# children hide and a few do not (bench/RESULTS.md, session 29, jobs/s through the recorder
+# against recorded in the children: x2 507-635 against 814-908, x4 408 against 659, x8 870
+# against 703, x64 945-1,279 against 595-663).
 MIN_PREFORK_CHILDREN = 8
+# Such a pool's recorder waits this long after a success arrives before it reads the channel,
+# so that one statement takes the few sent meanwhile (no child waits for it). Without the wait
+# it made a statement and a thread switch in the consumer's process for every job, and a
+# prefork x2 worker drained 0.23-0.31 of a plain one's rate, against 0.29-0.42 with its
+# children recording their own successes; with it, 0.32-0.52 (bench/RESULTS.md, session 30).
+SENT_LINGER_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +150,7 @@ class ConsumerRecording:
                  finish: Callable[[Sequence[FinishRequest]], Sequence[bool]],
                  loop: Any, lease_ttl_ms: int, default_queue: str, attempts: int,
                  outage_s: float, recorder: bool = True,
-                 channel: SuccessChannel | None = None) -> None:
+                 channel: SuccessChannel | None = None, hold: bool = True) -> None:
         self.pool = pool
         self.limit = max(int(pool.limit), 1)
         self.start = start
@@ -173,10 +185,18 @@ class ConsumerRecording:
         self._unrun: dict[str, EarlyStart] = {}
         self._closing = False
         self._stopped = False
+        # False: a prefork pool's children make their own starts and only send their
+        # successes (the pool's deliveries go to it as they come): the recorder records what
+        # the channel brings.
+        self.hold = hold
         self._recorder = (threading.Thread(target=self._record, name="chrono-recorder",
                                            daemon=True) if recorder else None)
 
     def install(self) -> ConsumerRecording:
+        if not self.hold:
+            if self._recorder is not None:
+                self._recorder.start()
+            return self
         self.pool.on_apply = self.on_apply
         self._pool_flush = getattr(self.pool, "flush", None)
         self.pool.flush = self.drop_held
@@ -190,19 +210,33 @@ class ConsumerRecording:
     def _record(self) -> None:
         """The recorder thread: a flush whenever there is work, and when a failed success
         statement is due again."""
-        while True:
-            with self._work:
-                while not self._flush_due and not self._stopped:
-                    retry_in = self._retry_at - time.monotonic() if self._successes else 1.0
-                    if retry_in <= 0:
-                        break
-                    self._work.wait(min(retry_in, 1.0))
-                if self._stopped:
-                    return
+        wait = self._wait_for_work if self.hold else self._wait_for_sent
+        while wait():
             try:
                 self.flush()
             except Exception:  # noqa: BLE001 - the recorder must outlive any one flush
                 log.exception("the consumer's recording failed a turn")
+
+    def _wait_for_work(self) -> bool:
+        """Until deliveries or successes wait, or a failed success statement is due again;
+        False once stopped."""
+        with self._work:
+            while not self._flush_due and not self._stopped:
+                retry_in = self._retry_at - time.monotonic() if self._successes else 1.0
+                if retry_in <= 0:
+                    break
+                self._work.wait(min(retry_in, 1.0))
+            return not self._stopped
+
+    def _wait_for_sent(self) -> bool:
+        """A pool whose children only send their successes (``hold=False``): until one is in
+        the channel, then :data:`SENT_LINGER_S` more, or a failed statement is due again;
+        False once stopped."""
+        retry_in = self._retry_at - time.monotonic() if self._successes else 1.0
+        # Not woken by close(): a short wait keeps the worker's stop short.
+        if self.channel is not None and self.channel.wait(min(max(retry_in, 0.0), 0.2)):
+            time.sleep(SENT_LINGER_S)
+        return not self._stopped
 
     def on_apply(self, target: Callable[..., Any], args: Sequence[Any] | None = None,
                  kwargs: dict[str, Any] | None = None, **options: Any) -> None:
@@ -558,14 +592,17 @@ class SuccessChannel:
     (those forked later to replace one included) inherits the sending end; nothing outside
     the worker's process tree can reach it. A datagram arrives whole or not at all, and is
     in the parent's socket before the child's result reaches the consumer, which wakes the
-    recorder: the success is read on that turn."""
+    recorder: the success is read on that turn (a recorder that makes no starts, ``hold=False``,
+    waits on the socket itself)."""
 
     # A success larger than this (a large result) is recorded by its task, as a failed send is.
     MAX_BYTES = 64 * 1024
     # A parent that stopped reading: the child records the success itself after this long.
     SEND_TIMEOUT_S = 5.0
 
-    def __init__(self) -> None:
+    def __init__(self, *, starts: bool = True) -> None:
+        # Whether the worker's process makes the children's starts too (``hold``).
+        self.starts = starts
         self.receiver, self.sender = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.receiver.setblocking(False)
         self.sender.settimeout(self.SEND_TIMEOUT_S)
@@ -585,6 +622,15 @@ class SuccessChannel:
                         "by the task): %r", finish.started.execution_id, exc)
             return False
         return True
+
+    def wait(self, timeout_s: float) -> bool:
+        """In the parent: whether a success is there to read, waiting up to ``timeout_s``."""
+        try:
+            readable, _, _ = select.select([self.receiver], [], [], timeout_s)
+        except (OSError, ValueError):  # closed
+            time.sleep(timeout_s)
+            return False
+        return bool(readable)
 
     def receive(self) -> list[FinishRequest]:
         """In the parent: every success sent and not yet read."""
@@ -614,10 +660,11 @@ class SuccessChannel:
 _channel: list[SuccessChannel] = []
 
 
-def open_success_channel() -> SuccessChannel:
-    """Made in a worker's process before its pool forks (``worker_init``)."""
+def open_success_channel(*, starts: bool = True) -> SuccessChannel:
+    """Made in a worker's process before its pool forks (``worker_init``); ``starts``: the
+    worker's process makes the children's starts too."""
     if not _channel:
-        _channel.append(SuccessChannel())
+        _channel.append(SuccessChannel(starts=starts))
     return _channel[0]
 
 
@@ -631,6 +678,7 @@ def close_success_channel() -> None:
 
 
 def send_success(finish: FinishRequest) -> bool:
-    """A prefork child's :attr:`EarlyStart.finish_later` (pickled by name with the request):
-    hand ``finish`` to the recorder in the worker's process; False when it was not."""
+    """A prefork child's :attr:`EarlyStart.finish_later` (pickled by name with the request),
+    and what it does with a success it started itself: hand ``finish`` to the recorder in the
+    worker's process; False when it was not (no channel: a thread or solo pool)."""
     return bool(_channel) and _channel[0].send(finish)

@@ -53,6 +53,7 @@ from scheduler.consumer_recording import (
     EarlyStart,
     SuccessChannel,
     fire_ms_of,
+    send_success,
     start_request,
 )
 from scheduler.dispatch import DispatchError, Publisher, TaskMessage
@@ -130,9 +131,12 @@ def record_in_consumer(pool: object, hub: object,
                        channel: SuccessChannel | None = None) -> ConsumerRecording:
     """Record a pool's starts and successes beside the worker's consumer
     (:mod:`scheduler.consumer_recording`); ``hub``: the consumer's event loop; ``channel``: a
-    prefork pool's, which its children send their successes through."""
-    connections = (_consumer_start_connection, _consumer_start_batch_connection,
-                   _consumer_finish_connection, _consumer_finish_batch_connection)
+    prefork pool's, which its children send their successes through (only those, when its
+    ``starts`` is False)."""
+    hold = channel is None or channel.starts
+    connections = ((_consumer_start_connection, _consumer_start_batch_connection)
+                   if hold else ()) + (_consumer_finish_connection,
+                                       _consumer_finish_batch_connection)
     for own in connections:
         own.connect()
     settings = runtime()
@@ -148,6 +152,7 @@ def record_in_consumer(pool: object, hub: object,
         attempts=RECORD_ATTEMPTS,
         outage_s=RECORD_OUTAGE_S,
         channel=channel,
+        hold=hold,
     ).install()
     _consumer_recording.append(recording)
     return recording
@@ -302,8 +307,12 @@ class ChronoTask(Task):
                                at_ms=now_ms())
         counted.note_finished(finish.at_ms, tenant_id, self.name, succeeded=True,
                               duration_ms=finish.at_ms - request.at_ms)
-        if early is not None and early.finish_later is not None and early.finish_later(finish):
-            return result  # recorded by the consumer on its loop's next turn
+        # Recorded by the consumer's recorder on its next turn: handed over in this process
+        # (a thread pool's), or sent to the worker's process (a prefork child, whichever made
+        # its start); False when it cannot take it, and the task records it.
+        finish_later = send_success if early is None else early.finish_later
+        if finish_later is not None and finish_later(finish):
+            return result
         try:
             recorded = _retrying(lambda: _finishes.submit(finish))
         except DatabaseError as exc:

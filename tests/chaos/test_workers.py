@@ -260,22 +260,27 @@ def test_a_worker_killed_with_deliveries_waiting_for_its_pool_loses_none(platfor
     assert value(worker_b, "chrono_worker_executions_total", outcome="not_startable") == size
 
 
-@pytest.mark.parametrize("pool", ["threads", "prefork"])
+# A prefork pool of 2 makes its starts in its children and sends only its successes to the
+# worker's process (ConsumerRecording(hold=False)); one of 8 records both there.
+@pytest.mark.parametrize("pool, size, running", [("threads", 8, 6), ("prefork", 8, 6),
+                                                 ("prefork", 2, 2)])
 def test_a_worker_stopped_mid_run_records_every_success_before_it_exits(platform, tenant,
-                                                                         pool):
+                                                                         pool, size, running):
     """A warm shutdown (SIGTERM: a deploy, a scale-down) lets the running tasks end; their
     successes are recorded before the process exits, though the consumer's recorder that
     records them while the worker runs (scheduler.consumer_recording) has stopped: nothing is
     left RUNNING for the reaper to call lost and run again."""
     with platform.together():
         platform.start_beat()
-        worker = platform.start_worker("worker-a", concurrency=8, pool=pool)
-    jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 2}) for _ in range(6)]
+        worker = platform.start_worker("worker-a", concurrency=size, pool=pool)
+    jobs = [schedule(platform, tenant, "e2e.sleep", kwargs={"seconds": 2})
+            for _ in range(running)]
     executions = Execution.objects.filter(job__in=jobs)
-    assert wait_for(lambda: executions.filter(status="RUNNING").count() == 6, timeout_s=30)
+    assert wait_for(lambda: executions.filter(status="RUNNING").count() == running,
+                    timeout_s=30)
 
     worker.signal(signal.SIGTERM)
     assert worker.popen.wait(60) == 0, worker.log_tail()
-    assert sorted(executions.values_list("status", flat=True)) == ["SUCCEEDED"] * 6
+    assert sorted(executions.values_list("status", flat=True)) == ["SUCCEEDED"] * running
     assert set(executions.values_list("attempt", flat=True)) == {1}
-    assert set(runs(platform.redis).values()) == {1} and len(runs(platform.redis)) == 6
+    assert set(runs(platform.redis).values()) == {1} and len(runs(platform.redis)) == running

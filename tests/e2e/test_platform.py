@@ -17,8 +17,8 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-# A prefork pool of 2 records in its children, one of 8 beside its consumer
-# (scheduler.consumer_recording.MIN_PREFORK_CHILDREN).
+# A prefork pool of 2 makes its starts in its children and records their successes beside its
+# consumer, one of 8 both (scheduler.consumer_recording.MIN_PREFORK_CHILDREN).
 @pytest.mark.parametrize("pool, concurrency", [("prefork", 2), ("prefork", 8), ("threads", 16)])
 def test_a_thousand_one_time_jobs_due_over_three_seconds_each_run_exactly_once(
         platform, tenant, pool, concurrency):

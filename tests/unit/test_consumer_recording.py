@@ -457,6 +457,31 @@ def test_a_prefork_pool_gets_its_deliveries_in_the_consumers_loop_with_their_sta
     assert pickle.loads(pickle.dumps(early)) == early
 
 
+def test_a_small_prefork_pools_deliveries_go_to_it_and_what_its_children_send_is_recorded(
+        granted, channel):
+    """hold=False (fewer than MIN_PREFORK_CHILDREN children, which make their own starts):
+    the pool's on_apply is left alone, and the recorder thread records each success as the
+    channel brings it, with no wake-up from the consumer."""
+    pool, finishes, loop = PreforkPool(limit=2), Finishes(), PreforkLoop()
+    recording = ConsumerRecording(pool, start=Starts(), finish=finishes, loop=loop,
+                                  lease_ttl_ms=60_000, default_queue="celery", attempts=3,
+                                  outage_s=0.5, channel=channel, hold=False).install()
+    try:
+        # Neither the pool's on_apply nor its flush replaced, no tick added to the loop.
+        assert "on_apply" not in vars(pool) and "flush" not in vars(pool) and not loop.on_tick
+        assert in_a_child(lambda: consumer_recording.send_success(success("e-1"))) == 0
+        deadline = time.monotonic() + 5
+        while not finishes.statements and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert finishes.statements == [["e-1"]]
+        assert in_a_child(lambda: consumer_recording.send_success(success("e-2"))) == 0
+    finally:
+        recording.close()
+    # Sent before the close: recorded by the recorder's turn or by the close.
+    assert sorted(sum(finishes.statements, [])) == ["e-1", "e-2"]
+    assert not recording._recorder.is_alive()
+
+
 def test_a_prefork_childs_success_and_death_free_its_place_and_successes_are_recorded(
         granted, channel):
     pool, finishes = PreforkPool(limit=2), Finishes()

@@ -257,3 +257,24 @@ def test_a_success_goes_to_the_consumer_unless_it_is_closing(monkeypatch):
     closing = EarlyStart(request, started(request), finish_later=lambda f: False)
     assert call_started_early(recorded, closing, 15) == 15
     assert [f.started.execution_id for f in finishes] == [request.execution_id]
+
+
+def test_a_prefork_childs_own_start_then_its_success_goes_to_its_parent(monkeypatch):
+    """A small prefork pool's child (its parent makes no starts): the task makes its start
+    and sends its success through the channel; with no channel, or one that cannot take it,
+    the task records it."""
+    starts = Failing(failures=0, result=started)
+    finishes: list = []
+    sent: list = []
+    monkeypatch.setattr(worker, "_starts", Coalescer(starts))
+    monkeypatch.setattr(worker, "_finishes", Coalescer(
+        lambda items: finishes.extend(items) or [True] * len(items)))
+    monkeypatch.setattr(worker, "send_success", lambda f: sent.append(f) or True)
+    assert call_as_chrono(recorded, 16) == 16
+    assert starts.calls == 1 and finishes == []
+    assert [(f.started.execution_id, f.status, f.result) for f in sent] == [
+        ("00000000-0000-4000-8000-000000000001", "SUCCEEDED", 16)]
+
+    monkeypatch.setattr(worker, "send_success", lambda f: False)
+    assert call_as_chrono(recorded, 17) == 17
+    assert [f.result for f in finishes] == [17]
